@@ -1,0 +1,225 @@
+"""Records that cross a boundary: votes, observations, traces, passages, facts, verdicts, scores.
+
+Langfuse payloads may grow, so the models that read them ignore unknown fields; records triage
+writes itself (facts, verdicts, scores) forbid them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Layer(StrEnum):
+    """Where a thumbs-down answer failed. The order is the report's order."""
+
+    GENERATION = "generation"
+    RETRIEVAL = "retrieval"
+    TOOL_ROUTING = "tool_routing"
+    AGENT_SKIPPED_RETRIEVAL = "agent_skipped_retrieval"
+    CONTENT_GAP_HALLUCINATION = "content_gap_hallucination"
+    CONTENT_GAP_HANDLED = "content_gap_handled"
+    OK = "ok"
+
+
+AGENT_LAYERS = frozenset(
+    {Layer.GENERATION, Layer.RETRIEVAL, Layer.TOOL_ROUTING, Layer.AGENT_SKIPPED_RETRIEVAL}
+)
+CONTENT_LAYERS = frozenset({Layer.CONTENT_GAP_HANDLED, Layer.CONTENT_GAP_HALLUCINATION})
+
+
+class _Incoming(BaseModel):
+    """A record read from outside: camelCase aliases accepted, unknown fields ignored."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _Own(BaseModel):
+    """A record triage writes: unknown fields are an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Vote(_Incoming):
+    """A user's vote, as a `user_feedback` score: on a trace, or on a session plus a turn."""
+
+    id: str
+    trace_id: str | None = None
+    session_id: str | None = None
+    turn: int | None = Field(default=None, ge=0, description="0-based index of the rated answer")
+    value: float
+    comment: str | None = None
+    user_id: str | None = None
+    timestamp: datetime
+    updated_at: datetime | None = None
+    environment: str = "default"
+
+    @property
+    def is_thumbs_down(self) -> bool:
+        return self.value == 0
+
+
+class Observation(_Incoming):
+    """One observation in the ObservationV2 shape of Langfuse's public API.
+
+    `input` and `output` stay raw JSON strings, as the API sends them.
+    """
+
+    id: str
+    trace_id: str = Field(alias="traceId")
+    type: str = "SPAN"
+    name: str | None = None
+    parent_observation_id: str | None = Field(default=None, alias="parentObservationId")
+    start_time: datetime = Field(alias="startTime")
+    end_time: datetime | None = Field(default=None, alias="endTime")
+    input: str | None = None
+    output: str | None = None
+    metadata: Any = None
+    session_id: str | None = Field(default=None, alias="sessionId")
+    user_id: str | None = Field(default=None, alias="userId")
+    environment: str | None = None
+    is_root_observation: bool | None = Field(default=None, alias="isRootObservation")
+    level: str | None = None
+    status_message: str | None = Field(default=None, alias="statusMessage")
+    updated_at: datetime | None = Field(default=None, alias="updatedAt")
+
+
+class Passage(_Own):
+    """A piece of retrieved text. Ids are stable for a trace: R1.. agent-retrieved, S1.. re-searched."""
+
+    id: str
+    source_url: str | None = None
+    collection: str | None = None
+    text: str
+    title: str | None = None
+    score: float | None = None
+
+
+class ToolCall(_Own):
+    """One tool call the agent made."""
+
+    id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    output: str = ""
+    collection: str | None = Field(default=None, description="set when the tool is a configured search")
+    error: bool = False
+
+    @property
+    def is_search(self) -> bool:
+        return self.collection is not None
+
+
+class Trace(_Own):
+    """A trace as the job sees it."""
+
+    id: str
+    question: str
+    answer: str
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    passages: list[Passage] = Field(default_factory=list)
+    session_id: str | None = None
+    start_time: datetime | None = None
+    environment: str = "default"
+    url: str | None = None
+
+    @property
+    def searched(self) -> bool:
+        return any(call.is_search for call in self.tool_calls)
+
+    @property
+    def searched_collections(self) -> set[str]:
+        return {call.collection for call in self.tool_calls if call.collection}
+
+
+class Evidence(_Own):
+    """What one fact rests on: passage ids, short exact quotes, and how sure the judge is."""
+
+    passage_ids: list[str] = Field(default_factory=list)
+    quotes: list[str] = Field(default_factory=list)
+    confidence: Literal["high", "medium", "low"] | None = None
+    note: str | None = None
+
+
+class Facts(_Own):
+    """What is known about one rated trace. The layer is derived from these by `rule.decide`.
+
+    `agent_searched` and `agent_searched_collections` are proven by the trace itself; the rest
+    come from a judge. `None` means the fact could not be established.
+    """
+
+    agent_searched: bool
+    agent_searched_collections: list[str] = Field(default_factory=list)
+    retrieved_has_answer: bool | None = None
+    index_has_answer: bool | None = None
+    answer_collection: str | None = None
+    answer_grounded: bool | None = None
+    answer_declined: bool | None = None
+    component: str | None = None
+    evidence: dict[str, Evidence] = Field(default_factory=dict)
+    unsupported_claims: list[str] = Field(default_factory=list)
+    injection_suspected: bool = False
+    answer_sources: list[str] = Field(default_factory=list, description="URLs of passages holding the answer")
+
+
+class Verdict(_Own):
+    """The triage of one trace."""
+
+    trace_id: str
+    layer: Layer
+    component: str
+    owners: list[str]
+    reason: str
+    facts: Facts
+    rule_version: str
+    judge: str
+    prompt_version: str | None = None
+
+
+UndecidedKind = Literal["unavailable", "rejected", "bad_input", "pending", "not_written"]
+
+
+class Undecided(_Own):
+    """A thumbs-down that was not triaged (or not written), with the reason. Never dropped."""
+
+    vote_ids: list[str]
+    trace_id: str | None = None
+    kind: UndecidedKind
+    reason: str
+
+
+class ScoreWrite(_Own):
+    """A score triage writes on a trace. Id and timestamp are deterministic so reruns upsert."""
+
+    id: str
+    trace_id: str
+    name: str
+    value: str
+    data_type: Literal["CATEGORICAL"] = "CATEGORICAL"
+    comment: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    timestamp: datetime
+    environment: str = "default"
+
+
+class WriteOutcome(_Own):
+    """What a batch of score writes became: confirmed by reading back, or failed with a reason."""
+
+    confirmed: list[str] = Field(default_factory=list)
+    failed: dict[str, str] = Field(default_factory=dict)
+
+
+class Usage(_Own):
+    """Model calls and tokens spent by a judge."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
