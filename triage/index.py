@@ -11,8 +11,8 @@ import json
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import IndexFolder
@@ -33,6 +33,8 @@ class Chunk:
     source_url: str
     title: str
     text: str
+    #: filterable attributes: `repo`, `state` (issues), `kind` (YAML resources)
+    attrs: Mapping[str, str] = field(default_factory=dict)
 
 
 def _front_matter(text: str) -> tuple[dict[str, str], str]:
@@ -91,6 +93,26 @@ def _urls_from_index_file(folder: Path) -> dict[str, str]:
     return urls
 
 
+_GITHUB_REPO = re.compile(r"^https://github\.com/([^/]+/[^/]+)/")
+_YAML_KIND = re.compile(r"^kind:\s*[\"']?([A-Za-z0-9]+)", re.MULTILINE)
+
+
+def _attrs(url: str, meta: Mapping[str, str], text: str | None) -> dict[str, str]:
+    """Filterable attributes: repo from front matter or a GitHub URL, issue state, YAML kind."""
+    attrs: dict[str, str] = {}
+    repo = meta.get("repo") or meta.get("repo_name")
+    if not repo and (found := _GITHUB_REPO.match(url)):
+        repo = found.group(1)
+    if repo:
+        attrs["repo"] = repo
+    state = meta.get("state") or meta.get("issue_state")
+    if state:
+        attrs["state"] = state.lower()
+    if text is not None and (kind := _YAML_KIND.search(text)):
+        attrs["kind"] = kind.group(1)
+    return attrs
+
+
 def chunks_of_folder(folder: IndexFolder) -> Iterator[Chunk]:
     root = Path(folder.path)
     if not root.is_dir():
@@ -105,14 +127,16 @@ def chunks_of_folder(folder: IndexFolder) -> Iterator[Chunk]:
             meta, body = _front_matter(text)
             title = meta.get("title") or path.stem
             url = urls.get(rel) or meta.get("url") or _default_url(folder, rel)
-            pieces = list(chunk_markdown(body, title))
+            attrs = _attrs(url, meta, None)
+            pieces = [(label, piece, attrs) for label, piece in chunk_markdown(body, title)]
         else:
             title = path.name
             url = urls.get(rel) or _default_url(folder, rel)
             docs = [d.strip() for d in re.split(r"^---\s*$", text, flags=re.MULTILINE)]
-            pieces = [(title, piece) for d in docs if d for piece in _split_long(d)]
-        for n, (label, piece) in enumerate(pieces):
-            yield Chunk(f"{folder.collection}:{rel}#{n}", folder.collection, url, label, piece)
+            # each YAML document keeps its own `kind`, so a kind filter finds the right one
+            pieces = [(title, piece, _attrs(url, {}, d)) for d in docs if d for piece in _split_long(d)]
+        for n, (label, piece, attrs) in enumerate(pieces):
+            yield Chunk(f"{folder.collection}:{rel}#{n}", folder.collection, url, label, piece, attrs)
 
 
 def _default_url(folder: IndexFolder, rel: str) -> str:
@@ -136,12 +160,12 @@ class Index:
         self._lock = threading.Lock()
         self._db.execute(
             "CREATE VIRTUAL TABLE chunks USING fts5("
-            "id UNINDEXED, collection UNINDEXED, source_url UNINDEXED, title, text, "
+            "id UNINDEXED, collection UNINDEXED, source_url UNINDEXED, attrs UNINDEXED, title, text, "
             "tokenize='porter unicode61')"
         )
         self._db.executemany(
-            "INSERT INTO chunks VALUES (?, ?, ?, ?, ?)",
-            ((c.id, c.collection, c.source_url, c.title, c.text) for c in chunks),
+            "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?)",
+            ((c.id, c.collection, c.source_url, json.dumps(dict(c.attrs)), c.title, c.text) for c in chunks),
         )
         self.collections: list[str] = [
             row[0] for row in self._db.execute("SELECT DISTINCT collection FROM chunks ORDER BY 1")
@@ -152,17 +176,28 @@ class Index:
     def from_folders(cls, folders: Sequence[IndexFolder]) -> Index:
         return cls(chunk for folder in folders for chunk in chunks_of_folder(folder))
 
-    def search(self, query: str, collection: str, top_k: int = 5) -> list[Passage]:
+    def search(
+        self, query: str, collection: str, top_k: int = 5, filters: Mapping[str, str] | None = None
+    ) -> list[Passage]:
+        """The `top_k` best chunks of `collection` for `query`; `filters` match chunk attributes
+        (`repo`, `state`, `kind`) case-insensitively."""
         match = fts_query(query)
         if not match:
             return []
+        sql = (
+            # title matches weigh more than body matches; bm25() is lower-is-better
+            "SELECT id, source_url, title, text, bm25(chunks, 0, 0, 0, 0, 2.0, 1.0) AS rank "
+            "FROM chunks WHERE chunks MATCH ? AND collection = ?"
+        )
+        args: list[object] = [match, collection]
+        for key, value in (filters or {}).items():
+            if value:
+                sql += " AND lower(json_extract(attrs, ?)) = lower(?)"
+                args += [f"$.{key}", value]
+        sql += " ORDER BY rank LIMIT ?"
+        args.append(top_k)
         with self._lock:
-            rows = self._db.execute(
-                # title matches weigh more than body matches; bm25() is lower-is-better
-                "SELECT id, source_url, title, text, bm25(chunks, 0, 0, 0, 2.0, 1.0) AS rank "
-                "FROM chunks WHERE chunks MATCH ? AND collection = ? ORDER BY rank LIMIT ?",
-                (match, collection, top_k),
-            ).fetchall()
+            rows = self._db.execute(sql, args).fetchall()
         return [
             Passage(id=cid, source_url=url, collection=collection, title=title, text=text, score=-rank)
             for cid, url, title, text, rank in rows
