@@ -1,0 +1,59 @@
+"""Logging for the job log: one line per event, as text or as JSON, secrets redacted."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class _Redact(logging.Filter):
+    def __init__(self, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if len(s) >= 4]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            for secret in self.secrets:
+                message = message.replace(secret, "***")
+            record.msg, record.args = message, None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"{stamp} {record.levelname.lower():7} {record.getMessage()}"
+
+
+def configure(fmt: str = "text", secrets: Sequence[str] = (), level: int = logging.INFO) -> None:
+    """Send triage's log lines to stderr (stdout is the report's)."""
+    logger = logging.getLogger("triage")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(_Redact(secrets))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False

@@ -1,0 +1,51 @@
+"""Settings from the environment: the only place triage reads `os.environ` (through pydantic-settings).
+
+Built once by the CLI and passed into the core. Secrets are `SecretStr`, so they never print.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every environment variable triage reads. See the README's "Settings" table."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
+
+    langfuse_public_key: str | None = None
+    langfuse_secret_key: SecretStr | None = None
+    langfuse_base_url: str = Field(
+        default="https://cloud.langfuse.com",
+        validation_alias=AliasChoices("LANGFUSE_BASE_URL", "LANGFUSE_HOST"),
+    )
+    langfuse_timeout: float = 30.0
+
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    triage_judge_model: str | None = None
+
+    triage_mcp_url: str | None = None
+    triage_mcp_token: SecretStr | None = None
+    triage_mcp_command: str | None = None
+
+    triage_config: Path | None = None
+    triage_store: Path | None = None
+    triage_facts_file: Path | None = None
+    triage_log_format: Literal["text", "json"] = "text"
+
+    job_completion_index: int | None = Field(default=None, ge=0)
+    triage_shard_count: int | None = Field(default=None, ge=1)
+
+    @property
+    def uses_langfuse(self) -> bool:
+        return bool(self.langfuse_public_key or self.langfuse_secret_key)
+
+    def secrets(self) -> list[str]:
+        """Secret values, so logging can redact them wherever they might appear."""
+        values = [self.langfuse_secret_key, self.openai_api_key, self.triage_mcp_token]
+        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
