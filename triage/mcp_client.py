@@ -78,7 +78,7 @@ def markdown_blocks(text: str) -> list[_Block]:
     """
     headers = list(_RESULT_HEADER.finditer(text))
     blocks = []
-    for header, following in zip(headers, [*headers[1:], None], strict=True):
+    for header, following in zip(headers, [*headers[1:], None], strict=False):
         body = text[header.end() : following.start() if following else len(text)]
         body = _SEPARATOR.sub("", body.rstrip()).strip("\n")
         block = _Block(int(header.group("n")), header.group("cid"), _float(header.group("score")))
@@ -276,7 +276,13 @@ class McpSearcher:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._closing.set()
-        await self._task_group.__aexit__(exc_type, exc, tb)
+        try:
+            await self._task_group.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # the task group wraps the caller's own exception: hand it back unwrapped
+            if exc is not None and all(leaf is exc for leaf in _leaves(group)):
+                return None
+            raise
 
     @asynccontextmanager
     async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
