@@ -71,11 +71,13 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None, limit
 
 
 def _serve_command(*args: str) -> list[str]:
-    """The command line that serves the corpus (docs + code) as an MCP server."""
+    """`triage index serve` over the corpus (docs + code), as a command line."""
     return [
         sys.executable,
         "-m",
-        "triage.mcp_server",
+        "triage",
+        "index",
+        "serve",
         "--folder",
         f"docs={DOCS}",
         "--folder",

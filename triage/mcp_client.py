@@ -227,6 +227,7 @@ class McpSearcher:
         concurrency: int = 8,
         env: Mapping[str, str] | None = None,
         retry_delays: Sequence[float] = (1.0, 2.0),
+        cache_size: int = 4096,
     ) -> None:
         if bool(url) == bool(command):
             raise ConfigError("the MCP search server needs exactly one of a URL or a command line")
@@ -248,6 +249,7 @@ class McpSearcher:
         self._closing = anyio.Event()
         self._task_group: Any = None
         self._cache: dict[tuple[str, str, int], list[Passage]] = {}
+        self._cache_size = cache_size
         self._inflight: dict[tuple[str, str, int], _Pending] = {}
         #: tool calls made, and calls answered from the cache (for the run summary)
         self.calls = 0
@@ -388,6 +390,8 @@ class McpSearcher:
             raise
         else:
             pending.result = self._cache[key] = passages
+            if len(self._cache) > self._cache_size:  # bounded: drop the oldest answer
+                del self._cache[next(iter(self._cache))]
             return list(passages)
         finally:
             del self._inflight[key]
