@@ -1,0 +1,1217 @@
+"""A local HTTP stand-in for the parts of Langfuse's public API that triage uses.
+
+Start it from a test or a benchmark::
+
+    with LangfuseStandIn(records=load_jsonl(path)) as server:
+        backend = LangfuseBackend(public_key=server.public_key, secret_key=server.secret_key,
+                                  base_url=server.url)
+
+It follows ../shared/langfuse/openapi.yml (tests validate the exchanges against it) and models the
+behaviour that makes Langfuse tricky (see ../shared/notes/langfuse.md):
+
+- newest-first keyset cursor paging with the documented page limits (v3 scores: max 100, else 400;
+  v2 observations: max 1000);
+- duplicate observation rows (same id, older `updatedAt`), returned unmerged;
+- stale score rows: v3 de-duplicates with LIMIT 1 BY id AFTER the WHERE clause, so a `value` filter
+  or a time window can return an outdated row of a changed vote;
+- score writes are queued and become readable after `read_delay` seconds; the "worker" then upserts
+  by (id, day of timestamp, name) only when id AND timestamp match, else appends a second physical
+  row; `drop_score_ids` are dropped silently, as worker-side validation does;
+- `POST /api/public/scores` in both contracts: one object -> 200 {id} (the spec file's contract) and
+  a JSON list -> 202 {"message": "Accepted"} or 207 (SDK 5.x). `score_contract="single"` is an older
+  server: lists are a 400 and the timestamp is ignored (the receive time is stamped);
+- 429 with Retry-After (every k-th request, or a requests-per-minute limit), scripted faults
+  (status codes, slow responses, dropped connections), a restart (state kept, listener and open
+  connections closed, then reopened on the same port), per-request latency, and a legacy mode where
+  `/api/public/v2/observations` answers 404 (a Langfuse v3 server) and traces are read through
+  `GET /api/public/traces/{id}` and `GET /api/public/sessions/{id}`;
+- a request log (method, path, query, status, bodies) for counting requests and spec checks.
+
+Data loads from the import format of notes/contracts.md (one trace per record).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import math
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+MAX_BODY = 1024 * 1024  # Langfuse's body limit for POST /scores
+SCORE_FIELD_GROUPS = {"details", "subject", "annotation"}
+OBS_FIELD_GROUPS = {
+    "core",
+    "basic",
+    "time",
+    "io",
+    "metadata",
+    "model",
+    "usage",
+    "prompt",
+    "metrics",
+    "trace_context",
+}
+DATA_TYPES = {"NUMERIC", "BOOLEAN", "CATEGORICAL", "TEXT", "CORRECTION"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def iso(stamp: datetime) -> str:
+    """Langfuse's wire format: UTC, milliseconds, Z."""
+    return stamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def parse_time(text: str) -> datetime:
+    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.astimezone(UTC)
+
+
+def _ms(stamp: datetime) -> datetime:
+    return stamp.replace(microsecond=stamp.microsecond // 1000 * 1000)
+
+
+def _now() -> datetime:
+    return _ms(datetime.now(UTC))
+
+
+def _encode_cursor(key: list[Any], urlsafe: bool) -> str:
+    raw = json.dumps(key).encode()
+    return (base64.urlsafe_b64encode(raw) if urlsafe else base64.b64encode(raw)).decode().rstrip("=")
+
+
+def _decode_cursor(text: str, urlsafe: bool) -> list[Any]:
+    padded = text + "=" * (-len(text) % 4)
+    raw = base64.urlsafe_b64decode(padded) if urlsafe else base64.b64decode(padded)
+    key = json.loads(raw)
+    if not isinstance(key, list):
+        raise ValueError("cursor is not a key")
+    return key
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Records of the import format, one trace per line."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+class HttpProblem(Exception):
+    """An error answer: status plus a JSON message body."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+# --------------------------------------------------------------------------- log and faults
+
+
+@dataclass
+class LoggedRequest:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    status: int  # 0 when the connection was dropped without an answer
+    request_body: bytes = b""
+    response_body: bytes = b""
+    request_headers: dict[str, str] = field(default_factory=dict)
+    response_content_type: str = "application/json"
+
+
+@dataclass
+class Fault:
+    """A scripted fault for the next `count` matching requests."""
+
+    kind: str  # "status" | "slow" | "drop" | "429"
+    count: int = 1
+    path: str | None = None  # substring of the request path
+    method: str | None = None
+    status: int = 500
+    seconds: float = 0.0  # "slow": delay before answering; "429": Retry-After
+
+
+# --------------------------------------------------------------------------- the stand-in
+
+
+class LangfuseStandIn:
+    """The stand-in server; see the module docstring. All knobs may be changed while it runs."""
+
+    def __init__(
+        self,
+        *,
+        records: Iterable[dict[str, Any]] = (),
+        public_key: str = "pk-lf-standin",
+        secret_key: str = "sk-lf-standin",
+        project_id: str = "proj-standin",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        read_delay: float = 0.0,
+        latency: float = 0.0,
+        legacy: bool = False,
+        score_contract: str = "both",
+        rate_limit_every: int | None = None,
+        rate_limit_per_minute: int | None = None,
+        retry_after: float = 1.0,
+        filter_any_of: bool = True,
+        record_bodies: bool = True,
+    ) -> None:
+        if score_contract not in {"both", "single"}:
+            raise ValueError("score_contract is 'both' (SDK 5.x server) or 'single' (older server)")
+        self.public_key = public_key
+        self.secret_key = secret_key
+        self.project_id = project_id
+        self.host = host
+        self.port = port
+        self.read_delay = read_delay
+        self.latency = latency
+        self.legacy = legacy
+        self.score_contract = score_contract
+        self.rate_limit_every = rate_limit_every
+        self.rate_limit_per_minute = rate_limit_per_minute
+        self.retry_after = retry_after
+        self.filter_any_of = filter_any_of
+        self.record_bodies = record_bodies
+        self.drop_score_ids: set[str] = set()
+
+        self._lock = threading.RLock()
+        self._obs_rows: list[dict[str, Any]] = []
+        self._score_rows: list[dict[str, Any]] = []
+        self._pending: list[tuple[float, dict[str, Any]]] = []  # (apply at, score event)
+        self._seq = 0
+        self._request_no = 0
+        self._accepted_times: deque[float] = deque()
+        self._faults: list[Fault] = []
+        self._restart_at: tuple[int, float] | None = None
+        self.log: list[LoggedRequest] = []
+
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+        self.load(records)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> LangfuseStandIn:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        standin = self
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 512
+            allow_reuse_address = True
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                with standin._lock:
+                    standin._connections.add(request)
+                super().process_request(request, client_address)
+
+            def shutdown_request(self, request: Any) -> None:
+                with standin._lock:
+                    standin._connections.discard(request)
+                super().shutdown_request(request)
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that went away (timeouts, restarts) is expected here
+
+        self._httpd = Server((self.host, self.port), _make_handler(self))
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="langfuse-standin", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        with self._lock:
+            conns = list(self._connections)
+            self._connections.clear()
+        for conn in conns:  # a real restart kills keep-alive connections too
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Close the listener and every open connection, stay down a while, reopen on the same port."""
+        self.stop()
+        if down_seconds:
+            time.sleep(down_seconds)
+        self.start()
+
+    def schedule_restart(self, at_request: int, down_seconds: float = 0.2) -> None:
+        """Restart when the `at_request`-th request (1-based, counted from now) arrives; it is dropped."""
+        with self._lock:
+            self._restart_at = (self._request_no + at_request, down_seconds)
+
+    # ----------------------------------------------------------------- faults and log
+
+    def inject(
+        self,
+        kind: str,
+        *,
+        count: int = 1,
+        path: str | None = None,
+        method: str | None = None,
+        status: int = 500,
+        seconds: float = 0.0,
+    ) -> None:
+        """Script a fault: "status" (answer `status`), "slow" (wait `seconds` first), "drop"
+        (close the connection without an answer), "429" (Retry-After `seconds`)."""
+        if kind not in {"status", "slow", "drop", "429"}:
+            raise ValueError(kind)
+        with self._lock:
+            self._faults.append(Fault(kind, count, path, method, status, seconds))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._restart_at = None
+            self.rate_limit_every = None
+            self.rate_limit_per_minute = None
+
+    def requests(self, path_contains: str | None = None) -> list[LoggedRequest]:
+        with self._lock:
+            return [r for r in self.log if path_contains is None or path_contains in r.path]
+
+    def reset_log(self) -> None:
+        with self._lock:
+            self.log.clear()
+
+    # ----------------------------------------------------------------- data
+
+    def load(self, records: Iterable[dict[str, Any]]) -> None:
+        """Add traces in the import format (observations and scores land at once)."""
+        for record in records:
+            for obs in record.get("observations") or []:
+                self.add_observation_row(obs)
+            for score in record.get("scores") or []:
+                self.add_score_row(score)
+
+    def add_observation_row(
+        self, obs: dict[str, Any], *, updated_at: datetime | None = None
+    ) -> dict[str, Any]:
+        """Store one physical observation row (an ObservationV2 object, camelCase)."""
+        row = copy.deepcopy(obs)
+        start = parse_time(row["startTime"])
+        stamp = updated_at or (parse_time(row["updatedAt"]) if row.get("updatedAt") else start)
+        row["_start"] = start
+        row["_updated"] = stamp
+        row.setdefault("parentObservationId", None)
+        row.setdefault("isRootObservation", row["parentObservationId"] is None)
+        row.setdefault("createdAt", iso(start))
+        with self._lock:
+            self._seq += 1
+            row["_seq"] = self._seq
+            self._obs_rows.append(row)
+        return row
+
+    def add_duplicate_observation(self, obs_id: str, age_seconds: float = 60.0, **changes: Any) -> None:
+        """A second, OLDER physical row of an existing observation (as unmerged ClickHouse rows)."""
+        with self._lock:
+            newest = max((r for r in self._obs_rows if r["id"] == obs_id), key=lambda r: r["_updated"])
+            row = {k: v for k, v in copy.deepcopy(newest).items() if not k.startswith("_")}
+        row.update(changes)
+        older = datetime.fromtimestamp(newest["_updated"].timestamp() - age_seconds, UTC)
+        row["updatedAt"] = iso(older)
+        self.add_observation_row(row, updated_at=older)
+
+    def add_score_row(self, score: dict[str, Any], *, visible: bool = True) -> None:
+        """Store one physical score row as if the worker had written it (no upsert)."""
+        row = self._score_row(score, received=_now())
+        with self._lock:
+            if visible:
+                self._seq += 1
+                row["_seq"] = self._seq
+                self._score_rows.append(row)
+            else:
+                self._pending.append((time.monotonic() + self.read_delay, row))
+
+    def score_rows(
+        self, score_id: str | None = None, *, include_pending: bool = False
+    ) -> list[dict[str, Any]]:
+        """Physical score rows (all, or of one id), for assertions."""
+        with self._lock:
+            self._apply_due()
+            rows = list(self._score_rows)
+            if include_pending:
+                rows += [event for _, event in self._pending]
+        return [copy.deepcopy(r) for r in rows if score_id is None or r["id"] == score_id]
+
+    def _score_row(self, score: dict[str, Any], received: datetime) -> dict[str, Any]:
+        data_type = (score.get("dataType") or "NUMERIC").upper()
+        value = score.get("value")
+        string_value: str | None = None
+        if data_type == "BOOLEAN":
+            number = 1.0 if value in (True, 1, 1.0, "true", "True") else 0.0
+            string_value = "True" if number else "False"
+        elif data_type in {"CATEGORICAL", "TEXT", "CORRECTION"}:
+            string_value = str(value)
+            number = 0.0
+        else:
+            number = float(value)  # type: ignore[arg-type]
+        metadata = dict(score.get("metadata") or {})
+        if score.get("userId") and "userId" not in metadata:
+            # Langfuse scores have no user field: the agent records the voter in metadata
+            metadata["userId"] = score["userId"]
+        stamp = parse_time(score["timestamp"]) if score.get("timestamp") else received
+        return {
+            "id": score.get("id") or str(uuid.uuid4()),
+            "name": score["name"],
+            "dataType": data_type,
+            "value": number,
+            "stringValue": string_value,
+            "comment": score.get("comment"),
+            "metadata": metadata,
+            "traceId": score.get("traceId"),
+            "observationId": score.get("observationId"),
+            "sessionId": score.get("sessionId"),
+            "datasetRunId": score.get("datasetRunId"),
+            "environment": score.get("environment") or "default",
+            "source": (score.get("source") or "API").upper(),
+            "configId": score.get("configId"),
+            "queueId": score.get("queueId"),
+            "authorUserId": score.get("authorUserId"),
+            "timestamp": _ms(stamp),
+            "createdAt": received,
+            "updatedAt": received,
+        }
+
+    def _apply_due(self) -> None:
+        """The worker: apply queued score events whose time has come (upsert rule)."""
+        now = time.monotonic()
+        due = [event for at, event in self._pending if at <= now]
+        if not due:
+            return
+        self._pending = [(at, event) for at, event in self._pending if at > now]
+        for event in due:
+            if event["id"] in self.drop_score_ids:
+                continue  # worker-side validation drops silently
+            match = next(
+                (
+                    r
+                    for r in self._score_rows
+                    if r["id"] == event["id"]
+                    and r["timestamp"] == event["timestamp"]
+                    and r["name"] == event["name"]
+                ),
+                None,
+            )
+            if match is not None:
+                # a true overwrite; id, timestamp, trace, environment and createdAt are frozen
+                for key in ("value", "stringValue", "comment", "dataType", "source", "configId", "queueId"):
+                    match[key] = event[key]
+                match["metadata"] = _deep_merge(match.get("metadata") or {}, event.get("metadata") or {})
+                match["updatedAt"] = event["updatedAt"]
+            else:
+                self._seq += 1
+                event["_seq"] = self._seq
+                self._score_rows.append(event)
+
+    # ----------------------------------------------------------------- request handling
+
+    def handle(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes] | None:
+        """Answer one request; None means drop the connection without an answer."""
+        parts = urlsplit(target)
+        path = unquote(parts.path)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        entry = LoggedRequest(
+            method, path, query, 0, body if self.record_bodies else b"", request_headers=headers
+        )
+        with self._lock:
+            self._request_no += 1
+            number = self._request_no
+            self.log.append(entry)
+            fault = self._take_fault(method, path)
+            restart = self._restart_at is not None and number >= self._restart_at[0]
+            if restart:
+                down = self._restart_at[1]  # type: ignore[index]
+                self._restart_at = None
+        if restart:
+            threading.Thread(target=self.restart, args=(down,), daemon=True).start()
+            return None
+        if self.latency:
+            time.sleep(self.latency)
+        try:
+            if fault is not None:
+                if fault.kind == "drop":
+                    return None
+                if fault.kind == "slow":
+                    time.sleep(fault.seconds)
+                elif fault.kind == "429":
+                    raise HttpProblem(429, "Rate limit exceeded", {"Retry-After": _fmt(fault.seconds)})
+                else:
+                    raise HttpProblem(fault.status, "Injected failure")
+            self._check_auth(headers)
+            self._check_rate(number)
+            status, payload = self._route(method, path, query, body)
+            out_headers: dict[str, str] = {}
+        except HttpProblem as problem:
+            status, payload, out_headers = problem.status, {"message": problem.message}, problem.headers
+        data = json.dumps(payload).encode()
+        entry.status = status
+        if self.record_bodies:
+            entry.response_body = data
+        return status, out_headers, data
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        for fault in self._faults:
+            if (fault.path is None or fault.path in path) and (
+                fault.method is None or fault.method == method
+            ):
+                fault.count -= 1
+                if fault.count <= 0:
+                    self._faults.remove(fault)
+                return fault
+        return None
+
+    def _check_auth(self, headers: dict[str, str]) -> None:
+        auth = headers.get("authorization", "")
+        expected = "Basic " + base64.b64encode(f"{self.public_key}:{self.secret_key}".encode()).decode()
+        if auth != expected:
+            raise HttpProblem(401, "Invalid credentials. Confirm that you've configured the correct host.")
+
+    def _check_rate(self, number: int) -> None:
+        if self.rate_limit_every and number % self.rate_limit_every == 0:
+            raise HttpProblem(429, "Rate limit exceeded", {"Retry-After": _fmt(self.retry_after)})
+        if self.rate_limit_per_minute:
+            now = time.monotonic()
+            with self._lock:
+                while self._accepted_times and self._accepted_times[0] <= now - 60:
+                    self._accepted_times.popleft()
+                if len(self._accepted_times) >= self.rate_limit_per_minute:
+                    wait = self._accepted_times[0] + 60 - now
+                    raise HttpProblem(
+                        429, "Rate limit exceeded", {"Retry-After": str(max(1, math.ceil(wait)))}
+                    )
+                self._accepted_times.append(now)
+
+    def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:
+        if method == "GET" and path == "/api/public/projects":
+            return 200, self._projects()
+        if method == "GET" and path == "/api/public/v3/scores":
+            return 200, self._scores_v3(query)
+        if method == "GET" and path == "/api/public/v2/observations":
+            if self.legacy:
+                raise HttpProblem(404, "Not Found")
+            return 200, self._observations_v2(query)
+        if method == "GET" and path.startswith("/api/public/traces/"):
+            return 200, self._legacy_trace(path.removeprefix("/api/public/traces/"), query)
+        if method == "GET" and path.startswith("/api/public/sessions/"):
+            return 200, self._legacy_session(path.removeprefix("/api/public/sessions/"))
+        if method == "POST" and path == "/api/public/scores":
+            return self._post_scores(body)
+        raise HttpProblem(404 if method in {"GET", "POST"} else 405, "Not Found")
+
+    # ----------------------------------------------------------------- endpoints
+
+    def _projects(self) -> dict[str, Any]:
+        return {
+            "data": [
+                {
+                    "id": self.project_id,
+                    "name": "stand-in",
+                    "organization": {"id": "org-standin", "name": "stand-in org"},
+                    "metadata": {},
+                }
+            ]
+        }
+
+    def _scores_v3(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        q = {k: v[-1] for k, v in query.items()}
+        limit = _int_param(q, "limit", 50)
+        if not 1 <= limit <= 100:
+            raise HttpProblem(400, "limit must be between 1 and 100")
+        groups = _csv(q.get("fields"))
+        unknown = set(groups) - SCORE_FIELD_GROUPS
+        if unknown:
+            raise HttpProblem(400, f"Unknown field group(s): {', '.join(sorted(unknown))}")
+        for rejected in ("userId", "traceTags"):
+            if rejected in q:
+                raise HttpProblem(400, f"{rejected} is not supported")
+        if sum(1 for k in ("traceId", "sessionId", "experimentId") if q.get(k)) > 1:
+            raise HttpProblem(400, "traceId, sessionId and experimentId are mutually exclusive")
+        if q.get("observationId") and not q.get("traceId"):
+            raise HttpProblem(400, "observationId requires traceId")
+        data_types = [t.upper() for t in _csv(q.get("dataType"))]
+        if set(data_types) - DATA_TYPES:
+            raise HttpProblem(400, "unknown dataType")
+        values: list[Any] | None = None
+        if q.get("value") is not None:
+            if len(data_types) != 1 or data_types[0] not in {"NUMERIC", "BOOLEAN", "CATEGORICAL"}:
+                raise HttpProblem(400, "value requires exactly one dataType of NUMERIC, BOOLEAN, CATEGORICAL")
+            values = [_score_filter_value(data_types[0], v) for v in _csv(q["value"])]
+        from_ts = _time_param(q, "fromTimestamp")
+        to_ts = _time_param(q, "toTimestamp")
+        cursor = None
+        if q.get("cursor"):
+            try:
+                cursor = _decode_cursor(q["cursor"], urlsafe=True)
+            except (ValueError, json.JSONDecodeError) as ex:
+                raise HttpProblem(400, "invalid cursor") from ex
+
+        def where(r: dict[str, Any]) -> bool:
+            checks: list[tuple[str, Any]] = [
+                ("id", r["id"]),
+                ("name", r["name"]),
+                ("environment", r["environment"]),
+                ("configId", r["configId"]),
+                ("queueId", r["queueId"]),
+                ("authorUserId", r["authorUserId"]),
+                ("traceId", r["traceId"]),
+                ("sessionId", r["sessionId"]),
+                ("observationId", r["observationId"]),
+                ("experimentId", r["datasetRunId"]),
+            ]
+            for key, actual in checks:
+                if q.get(key) and actual not in _csv(q[key]):
+                    return False
+            if q.get("source") and r["source"] not in [s.upper() for s in _csv(q["source"])]:
+                return False
+            if data_types and r["dataType"] not in data_types:
+                return False
+            if values is not None and _score_wire_value(r) not in values:
+                return False
+            if from_ts and r["timestamp"] < from_ts:
+                return False
+            if to_ts and r["timestamp"] >= to_ts:
+                return False
+            if cursor is not None and [iso(r["timestamp"]), r["id"]] >= cursor:
+                return False
+            return True
+
+        with self._lock:
+            self._apply_due()
+            matched = [r for r in self._score_rows if where(r)]
+        # ORDER BY timestamp DESC, id DESC, then LIMIT 1 BY id: de-duplication after the WHERE
+        matched.sort(key=lambda r: (r["timestamp"], r["id"], r["updatedAt"], r["_seq"]), reverse=True)
+        seen: set[str] = set()
+        page: list[dict[str, Any]] = []
+        for row in matched:
+            if row["id"] in seen:
+                continue
+            seen.add(row["id"])
+            page.append(row)
+            if len(page) > limit:
+                break
+        more = len(page) > limit
+        page = page[:limit]
+        meta: dict[str, Any] = {"limit": limit}
+        if more:
+            meta["cursor"] = _encode_cursor([iso(page[-1]["timestamp"]), page[-1]["id"]], urlsafe=True)
+        return {"data": [self._score_v3_out(r, groups) for r in page], "meta": meta}
+
+    def _score_v3_out(self, r: dict[str, Any], groups: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": r["id"],
+            "projectId": self.project_id,
+            "name": r["name"],
+            "dataType": r["dataType"],
+            "value": _score_wire_value(r),
+            "source": r["source"],
+            "timestamp": iso(r["timestamp"]),
+            "environment": r["environment"],
+            "createdAt": iso(r["createdAt"]),
+            "updatedAt": iso(r["updatedAt"]),
+        }
+        if "details" in groups:
+            out.update(comment=r["comment"], configId=r["configId"], metadata=r["metadata"])
+        if "annotation" in groups:
+            out.update(authorUserId=r["authorUserId"], queueId=r["queueId"])
+        if "subject" in groups:
+            if r["observationId"]:
+                out["subject"] = {"kind": "observation", "id": r["observationId"], "traceId": r["traceId"]}
+            elif r["traceId"]:
+                out["subject"] = {"kind": "trace", "id": r["traceId"]}
+            elif r["sessionId"]:
+                out["subject"] = {"kind": "session", "id": r["sessionId"]}
+            elif r["datasetRunId"]:
+                out["subject"] = {"kind": "experiment", "id": r["datasetRunId"]}
+        return out
+
+    def _observations_v2(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        q = {k: v[-1] for k, v in query.items()}
+        limit = _int_param(q, "limit", 50)
+        if not 1 <= limit <= 1000:
+            raise HttpProblem(400, "limit must be between 1 and 1000")
+        if q.get("parseIoAsJson", "false").lower() == "true":
+            raise HttpProblem(400, "parseIoAsJson is deprecated; input/output are always raw strings")
+        groups = {"core", *(_csv(q.get("fields")) or ["basic"])} & OBS_FIELD_GROUPS  # unknown: ignored
+        expand = set(_csv(q.get("expandMetadata")))
+        conditions = self._parse_filter(q.get("filter"))
+        filtered_columns = {c["column"] for c in conditions}
+        simple = {
+            "name": "name",
+            "userId": "userId",
+            "sessionId": "sessionId",
+            "type": "type",
+            "traceId": "traceId",
+            "level": "level",
+            "parentObservationId": "parentObservationId",
+            "version": "version",
+        }
+        for param, column in simple.items():
+            if param in q and column not in filtered_columns:
+                conditions.append(
+                    {"type": "string", "column": column, "operator": "=", "value": q[param] or None}
+                )
+        if "isRootObservation" in q and "isRootObservation" not in filtered_columns:
+            flag = q["isRootObservation"].lower() == "true"
+            conditions.append(
+                {"type": "boolean", "column": "isRootObservation", "operator": "=", "value": flag}
+            )
+        if query.get("environment") and "environment" not in filtered_columns:
+            conditions.append(
+                {
+                    "type": "stringOptions",
+                    "column": "environment",
+                    "operator": "any of",
+                    "value": query["environment"],
+                }
+            )
+        for param, op in (("fromStartTime", ">="), ("toStartTime", "<")):
+            if q.get(param) and "startTime" not in filtered_columns:
+                conditions.append(
+                    {"type": "datetime", "column": "startTime", "operator": op, "value": q[param]}
+                )
+        cursor = None
+        if q.get("cursor"):
+            try:
+                cursor = _decode_cursor(q["cursor"], urlsafe=False)
+            except (ValueError, json.JSONDecodeError) as ex:
+                raise HttpProblem(400, "invalid cursor") from ex
+
+        def key(r: dict[str, Any]) -> list[Any]:
+            return [iso(r["_start"]), r.get("traceId") or "", r["id"], r["_seq"]]
+
+        with self._lock:
+            rows = [r for r in self._obs_rows if all(_matches(r, c) for c in conditions)]
+        rows = [r for r in rows if cursor is None or key(r) < cursor]
+        rows.sort(key=key, reverse=True)  # start_time DESC, then trace and span id
+        more = len(rows) > limit
+        page = rows[:limit]
+        meta: dict[str, Any] = {}
+        if more:
+            meta["cursor"] = _encode_cursor(key(page[-1]), urlsafe=False)
+        return {"data": [self._obs_v2_out(r, groups, expand) for r in page], "meta": meta}
+
+    def _parse_filter(self, text: str | None) -> list[dict[str, Any]]:
+        if not text:
+            return []
+        try:
+            conditions = json.loads(text)
+        except json.JSONDecodeError as ex:
+            raise HttpProblem(400, "filter is not valid JSON") from ex
+        if not isinstance(conditions, list):
+            raise HttpProblem(400, "filter must be a JSON array")
+        for c in conditions:
+            if not isinstance(c, dict) or not {"type", "column", "operator"} <= c.keys():
+                raise HttpProblem(400, "each filter needs type, column and operator")
+            if c["column"] not in OBS_COLUMNS:
+                raise HttpProblem(400, f"unknown filter column {c['column']!r}")
+            ops = FILTER_OPERATORS.get(c["type"])
+            if ops is None or c["operator"] not in ops:
+                raise HttpProblem(400, f"invalid operator {c['operator']!r} for type {c['type']!r}")
+            if c["type"] in {"stringOptions", "categoryOptions", "arrayOptions"}:
+                if not isinstance(c.get("value"), list):
+                    raise HttpProblem(400, "options filters take a list value")
+                if c["column"] == "traceId" and not self.filter_any_of:
+                    raise HttpProblem(400, "Invalid filter: traceId is a string column")
+        return conditions
+
+    def _obs_v2_out(self, r: dict[str, Any], groups: set[str], expand: set[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": r["id"],
+            "traceId": r.get("traceId"),
+            "startTime": iso(r["_start"]),
+            "endTime": r.get("endTime"),
+            "projectId": self.project_id,
+            "parentObservationId": r.get("parentObservationId"),
+            "type": r.get("type", "SPAN"),
+            # required by the spec's ObservationV2 even without the `model` group (null then)
+            "modelId": None,
+            "inputPrice": None,
+            "outputPrice": None,
+            "totalPrice": None,
+        }
+        if "basic" in groups:
+            out.update(
+                name=r.get("name"),
+                level=r.get("level") or "DEFAULT",
+                statusMessage=r.get("statusMessage"),
+                version=r.get("version"),
+                environment=r.get("environment") or "default",
+                bookmarked=False,
+                public=False,
+                userId=r.get("userId"),
+                sessionId=r.get("sessionId"),
+                isRootObservation=bool(r.get("isRootObservation")),
+            )
+        if "time" in groups:
+            out.update(completionStartTime=None, createdAt=r.get("createdAt"), updatedAt=iso(r["_updated"]))
+        if "io" in groups:
+            out.update(input=_raw_string(r.get("input")), output=_raw_string(r.get("output")))
+        if "metadata" in groups:
+            metadata = r.get("metadata")
+            if isinstance(metadata, dict) and "io" not in groups:
+                metadata = {
+                    k: (v if k in expand or not isinstance(v, str) or len(v) <= 200 else v[:200])
+                    for k, v in metadata.items()
+                }
+            out["metadata"] = metadata
+        if "trace_context" in groups:
+            out.update(tags=r.get("tags") or [], release=r.get("release"), traceName=r.get("traceName"))
+        return out
+
+    def _trace_rows(self, trace_id: str) -> list[dict[str, Any]]:
+        """The merged rows of a trace, as the legacy endpoints show them (newest row per id)."""
+        with self._lock:
+            rows = [r for r in self._obs_rows if r.get("traceId") == trace_id]
+        newest: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            if r["id"] not in newest or r["_updated"] > newest[r["id"]]["_updated"]:
+                newest[r["id"]] = r
+        return sorted(newest.values(), key=lambda r: r["_start"])
+
+    def _legacy_trace_body(self, trace_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        roots = [r for r in rows if r.get("parentObservationId") is None] or rows
+        root = roots[0]
+        return {
+            "id": trace_id,
+            "timestamp": iso(root["_start"]),
+            "name": root.get("name"),
+            "input": _parsed(root.get("input")),
+            "output": _parsed(root.get("output")),
+            "sessionId": root.get("sessionId"),
+            "release": None,
+            "version": None,
+            "userId": root.get("userId"),
+            "metadata": root.get("metadata"),
+            "tags": [],
+            "public": False,
+            "environment": root.get("environment") or "default",
+        }
+
+    def _legacy_trace(self, trace_id: str, query: dict[str, list[str]]) -> dict[str, Any]:
+        rows = self._trace_rows(trace_id)
+        if not rows:
+            raise HttpProblem(404, f"Trace {trace_id} not found within authorized project")
+        fields = set(_csv(query.get("fields", [""])[-1])) or {
+            "core",
+            "io",
+            "scores",
+            "observations",
+            "metrics",
+        }
+        body = self._legacy_trace_body(trace_id, rows)
+        if "io" not in fields:
+            body.update(input=None, output=None, metadata=None)
+        observations = []
+        if "observations" in fields:
+            for r in rows:
+                observations.append(
+                    {
+                        "id": r["id"],
+                        "traceId": trace_id,
+                        "type": r.get("type", "SPAN"),
+                        "name": r.get("name"),
+                        "startTime": iso(r["_start"]),
+                        "endTime": r.get("endTime"),
+                        "completionStartTime": None,
+                        "model": None,
+                        "modelParameters": None,
+                        "input": _parsed(r.get("input")),  # the legacy API returns parsed JSON
+                        "version": r.get("version"),
+                        "metadata": r.get("metadata"),
+                        "output": _parsed(r.get("output")),
+                        "usage": {"input": 0, "output": 0, "total": 0, "unit": None},
+                        "level": r.get("level") or "DEFAULT",
+                        "statusMessage": r.get("statusMessage"),
+                        "parentObservationId": r.get("parentObservationId"),
+                        "promptId": None,
+                        "usageDetails": {},
+                        "costDetails": {},
+                        "environment": r.get("environment") or "default",
+                        "promptName": None,
+                        "promptVersion": None,
+                        "modelId": None,
+                        "inputPrice": None,
+                        "outputPrice": None,
+                        "totalPrice": None,
+                        "calculatedInputCost": None,
+                        "calculatedOutputCost": None,
+                        "calculatedTotalCost": None,
+                        "latency": None,
+                        "timeToFirstToken": None,
+                    }
+                )
+        scores = []
+        if "scores" in fields:
+            with self._lock:
+                self._apply_due()
+                trace_scores = [s for s in self._score_rows if s["traceId"] == trace_id]
+            for s in trace_scores:
+                if s["dataType"] == "CORRECTION":
+                    continue
+                v1: dict[str, Any] = {
+                    "id": s["id"],
+                    "traceId": trace_id,
+                    "name": s["name"],
+                    "source": s["source"],
+                    "observationId": s["observationId"],
+                    "timestamp": iso(s["timestamp"]),
+                    "createdAt": iso(s["createdAt"]),
+                    "updatedAt": iso(s["updatedAt"]),
+                    "authorUserId": s["authorUserId"],
+                    "comment": s["comment"],
+                    "metadata": s["metadata"],
+                    "configId": s["configId"],
+                    "queueId": s["queueId"],
+                    "environment": s["environment"],
+                    "dataType": s["dataType"],
+                }
+                if s["dataType"] != "TEXT":
+                    v1["value"] = s["value"]
+                if s["dataType"] != "NUMERIC":
+                    v1["stringValue"] = s["stringValue"]
+                scores.append(v1)
+        body.update(
+            htmlPath=f"/project/{self.project_id}/traces/{trace_id}",
+            latency=None,
+            totalCost=None,
+            observations=observations,
+            scores=scores,
+        )
+        return body
+
+    def _legacy_session(self, session_id: str) -> dict[str, Any]:
+        with self._lock:
+            trace_ids = {
+                r["traceId"] for r in self._obs_rows if r.get("sessionId") == session_id and r.get("traceId")
+            }
+        traces = [self._legacy_trace_body(t, self._trace_rows(t)) for t in sorted(trace_ids)]
+        if not traces:
+            raise HttpProblem(404, f"Session {session_id} not found")
+        return {
+            "id": session_id,
+            "createdAt": min(t["timestamp"] for t in traces),
+            "projectId": self.project_id,
+            "environment": traces[0]["environment"],
+            "traces": traces,
+        }
+
+    def _post_scores(self, body: bytes) -> tuple[int, Any]:
+        if len(body) > MAX_BODY:
+            raise HttpProblem(413, "Request body larger than 1 MiB")
+        try:
+            payload = json.loads(body)
+        except json.JSONDecodeError as ex:
+            raise HttpProblem(400, "Invalid JSON body") from ex
+        received = _now()
+        if isinstance(payload, list):
+            if self.score_contract == "single":
+                raise HttpProblem(400, "Invalid request data: expected object, received array")
+            accepted, errors = [], []
+            for item in payload:
+                problem = _score_problem(item)
+                if problem:
+                    errors.append({"message": problem})
+                else:
+                    accepted.append(self._score_row(item, received))
+            self._enqueue(accepted)
+            if errors:
+                return 207, {"accepted": len(accepted), "rejected": len(errors), "errors": errors}
+            return 202, {"message": "Accepted"}
+        problem = _score_problem(payload)
+        if problem:
+            raise HttpProblem(400, f"Invalid request data: {problem}")
+        if self.score_contract == "single":
+            # the older contract has no timestamp: the server stamps the receive time
+            payload = {k: v for k, v in payload.items() if k != "timestamp"}
+        row = self._score_row(payload, received)
+        self._enqueue([row])
+        return 200, {"id": row["id"]}
+
+    def _enqueue(self, rows: list[dict[str, Any]]) -> None:
+        with self._lock:
+            at = time.monotonic() + self.read_delay
+            self._pending.extend((at, row) for row in rows)
+            self._apply_due()
+
+
+# --------------------------------------------------------------------------- filter evaluation
+
+OBS_COLUMNS = {
+    "id",
+    "type",
+    "name",
+    "traceId",
+    "startTime",
+    "endTime",
+    "environment",
+    "level",
+    "statusMessage",
+    "version",
+    "userId",
+    "sessionId",
+    "isRootObservation",
+    "parentObservationId",
+    "traceName",
+    "metadata",
+}
+FILTER_OPERATORS: dict[str, set[str]] = {
+    "string": {"=", "contains", "does not contain", "starts with", "ends with"},
+    "stringOptions": {"any of", "none of"},
+    "categoryOptions": {"any of", "none of"},
+    "arrayOptions": {"any of", "none of", "all of"},
+    "datetime": {">", "<", ">=", "<="},
+    "boolean": {"=", "<>"},
+    "null": {"is null", "is not null"},
+    "stringObject": {"=", "contains", "does not contain", "starts with", "ends with"},
+}
+
+
+def _column(r: dict[str, Any], column: str, key: str | None) -> Any:
+    if column == "startTime":
+        return r["_start"]
+    if column == "endTime":
+        return parse_time(r["endTime"]) if r.get("endTime") else None
+    if column == "isRootObservation":
+        return bool(r.get("isRootObservation"))
+    if column == "metadata":
+        metadata = r.get("metadata") or {}
+        return metadata.get(key) if isinstance(metadata, dict) and key else None
+    return r.get(column)
+
+
+def _matches(r: dict[str, Any], c: dict[str, Any]) -> bool:
+    actual = _column(r, c["column"], c.get("key"))
+    kind, op, value = c["type"], c["operator"], c.get("value")
+    if kind in {"stringOptions", "categoryOptions", "arrayOptions"}:
+        hit = actual in value
+        return hit if op == "any of" else not hit if op == "none of" else all(v == actual for v in value)
+    if kind == "boolean":
+        return (actual == bool(value)) if op == "=" else (actual != bool(value))
+    if kind == "null":
+        return (actual is None) if op == "is null" else (actual is not None)
+    if kind == "datetime":
+        if actual is None:
+            return False
+        bound = parse_time(value)
+        return {">": actual > bound, "<": actual < bound, ">=": actual >= bound, "<=": actual <= bound}[op]
+    text = "" if actual is None else str(actual)
+    if op == "=":
+        return actual == value if value is None else text == str(value)
+    return {
+        "contains": str(value) in text,
+        "does not contain": str(value) not in text,
+        "starts with": text.startswith(str(value)),
+        "ends with": text.endswith(str(value)),
+    }[op]
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _fmt(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else str(seconds)
+
+
+def _csv(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _int_param(q: dict[str, str], name: str, default: int) -> int:
+    if q.get(name) in (None, ""):
+        return default
+    try:
+        return int(q[name])
+    except ValueError as ex:
+        raise HttpProblem(400, f"{name} must be an integer") from ex
+
+
+def _time_param(q: dict[str, str], name: str) -> datetime | None:
+    if not q.get(name):
+        return None
+    try:
+        return parse_time(q[name])
+    except ValueError as ex:
+        raise HttpProblem(400, f"{name} is not an ISO 8601 date-time") from ex
+
+
+def _score_wire_value(r: dict[str, Any]) -> Any:
+    if r["dataType"] == "BOOLEAN":
+        return bool(r["value"])
+    if r["dataType"] == "NUMERIC":
+        return r["value"]
+    return r["stringValue"]
+
+
+def _score_filter_value(data_type: str, text: str) -> Any:
+    if data_type == "BOOLEAN":
+        if text not in {"true", "false"}:
+            raise HttpProblem(400, "BOOLEAN values must be true or false")
+        return text == "true"
+    if data_type == "NUMERIC":
+        try:
+            number = float(text)
+        except ValueError as ex:
+            raise HttpProblem(400, "NUMERIC values must be numbers") from ex
+        if not math.isfinite(number):
+            raise HttpProblem(400, "NUMERIC values must be finite")
+        return number
+    return text
+
+
+def _score_problem(score: Any) -> str | None:
+    """The API-side validation of one CreateScoreRequest (the worker's is `drop_score_ids`)."""
+    if not isinstance(score, dict):
+        return "score must be an object"
+    if not isinstance(score.get("name"), str) or not score["name"]:
+        return "name is required"
+    if "value" not in score:
+        return "value is required"
+    subjects = [k for k in ("traceId", "sessionId", "datasetRunId") if score.get(k)]
+    if len(subjects) != 1:
+        return "Provide exactly one of traceId, sessionId or datasetRunId"
+    data_type = score.get("dataType") or "NUMERIC"
+    if data_type not in DATA_TYPES:
+        return f"invalid dataType {data_type}"
+    value = score["value"]
+    if data_type in {"CATEGORICAL", "TEXT", "CORRECTION"} and not isinstance(value, str):
+        return f"{data_type} scores take a string value"
+    if data_type in {"NUMERIC", "BOOLEAN"} and (
+        isinstance(value, bool) or not isinstance(value, int | float)
+    ):
+        return f"{data_type} scores take a numeric value"
+    if data_type == "BOOLEAN" and value not in (0, 1):
+        return "BOOLEAN values must be 0 or 1"
+    if data_type == "TEXT" and not 1 <= len(value) <= 500:
+        return "TEXT values are 1-500 characters"
+    if (score.get("source") or "API") not in {"API", "ANNOTATION"}:
+        return "source must be API or ANNOTATION"
+    if score.get("timestamp") is not None:
+        try:
+            parse_time(str(score["timestamp"]))
+        except ValueError:
+            return "timestamp is not an ISO 8601 date-time"
+    return None
+
+
+def _raw_string(value: Any) -> str | None:
+    """input/output as the v2 API sends them: JSON-encoded strings."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def _parsed(value: Any) -> Any:
+    """input/output as the legacy API sends them: parsed JSON where it parses."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _make_handler(standin: LangfuseStandIn) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, every answer has a Content-Length
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base signature
+            pass
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            answer = standin.handle(self.command, self.path, headers, body)
+            if answer is None:
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                return
+            status, extra, data = answer
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                self.close_connection = True  # the client gave up (a timeout) or a restart closed us
+
+        do_GET = _serve
+        do_POST = _serve
+        do_DELETE = _serve
+
+    return Handler
+
+
+def standin_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Records of an import-format file, lazily (for big benchmark files)."""
+    with Path(path).open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+__all__ = [
+    "Fault",
+    "HttpProblem",
+    "LangfuseStandIn",
+    "LoggedRequest",
+    "iso",
+    "load_jsonl",
+    "parse_time",
+    "standin_records",
+]
