@@ -37,7 +37,8 @@ def test_hostile_comment_is_escaped_and_changes_no_structure() -> None:
     assert "<script>" not in hostile and "<b>" not in hostile
     assert "&lt;script&gt;" in hostile
     assert "](http://evil.example)" not in hostile
-    assert "\\[click\\]\\(http://evil\\.example\\)" in hostile
+    assert "\\[click\\]\\(http\\://evil.example\\)" in hostile
+    assert "http://evil" not in hostile  # not even as a bare autolink
     # the whole comment stays on its own single bullet line
     [line] = [ln for ln in hostile.splitlines() if "user said" in ln]
     assert line.startswith("  - user said: \\# Heading \\| col \\| col \\|")
@@ -46,6 +47,7 @@ def test_hostile_comment_is_escaped_and_changes_no_structure() -> None:
 def test_md_escapes_every_markdown_control_character() -> None:
     assert md("a*b_c`d[e](f)#g|h<i>") == "a\\*b\\_c\\`d\\[e\\]\\(f\\)\\#g\\|h&lt;i&gt;"
     assert md("line one\n\nline two") == "line one line two"
+    assert md("see https://x.example or www.y.example") == "see https\\://x.example or www\\.y.example"
 
 
 def test_grouped_by_owner_then_layer_with_totals() -> None:
@@ -65,7 +67,7 @@ def test_grouped_by_owner_then_layer_with_totals() -> None:
     assert headings == [
         "# Triage of thumbs-down answers",
         "## Totals",
-        "## kubeflow/docs\\-agent",
+        "## kubeflow/docs-agent",
         "### generation (1)",
         "### retrieval (1)",
         "### content_gap_hallucination (1)",
@@ -75,7 +77,7 @@ def test_grouped_by_owner_then_layer_with_totals() -> None:
         "## Not triaged (1)",
         "## Summary",
     ]
-    assert "| kubeflow/docs\\-agent | 1 | 1 | 1 | 0 | 3 |" in text
+    assert "| kubeflow/docs-agent | 1 | 1 | 1 | 0 | 3 |" in text
     assert "| kubeflow/katib | 0 | 0 | 1 | 1 | 2 |" in text
     assert "- unavailable: judge unavailable: 503" in text
     assert "([open](https://lf.example/project/p/traces/a))" in text

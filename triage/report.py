@@ -13,14 +13,20 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from .models import Layer
 from .pipeline import Entry, RunResult
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+# Inline Markdown that could format, link or break out of a line. Block syntax (headings, lists,
+# quotes, tables) needs a line start, and user text never gets one: it is folded onto one line
+# that the template starts itself.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
+_AUTOLINK = re.compile(r"(?i)\b(https?|ftp)(:)(//)|\b(www)(\.)")
 
 
 def md(text: object) -> str:
-    """Escape untrusted text for one line of Markdown: HTML entities, Markdown punctuation, no newlines."""
+    """Escape untrusted text for one line of Markdown: no HTML, no formatting, no links, no newlines."""
     flat = " ".join(str(text).split())
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", flat)
+    flat = _MD_SPECIAL.sub(r"\\\1", flat)
+    # GitHub turns bare URLs into links; an escaped colon or dot stops that and renders the same
+    return _AUTOLINK.sub(lambda m: f"{m[1]}\\:{m[3]}" if m[1] else f"{m[4]}\\.", flat)
 
 
 def code(text: object) -> str:
@@ -61,7 +67,7 @@ def render_report(result: RunResult) -> str:
         groups=groups,
         layers=layers,
         totals={owner: {layer: len(items) for layer, items in by_layer.items()} for owner, by_layer in groups.items()},
-        summary=summary_lines(result),
+        summary=summary_lines(result),  # our own text: not escaped
     )
 
 
