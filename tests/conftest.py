@@ -33,5 +33,7 @@ def anyio_backend() -> str:
 @pytest.fixture
 def corpus() -> Path:
     if not CORPUS.is_dir():
-        pytest.skip(f"the shared corpus is not here ({CORPUS}); it ships only beside the project's own checkout")
+        pytest.skip(
+            f"the shared corpus is not here ({CORPUS}); it ships only beside the project's own checkout"
+        )
     return CORPUS

@@ -11,7 +11,8 @@ NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 
 def markdown_results(*passages: tuple[str, str]) -> str:
     return "\n---\n".join(
-        f"### Result {i} (score: 0.{9 - i})\n**Source:** {url}\n\n{text}" for i, (url, text) in enumerate(passages, 1)
+        f"### Result {i} (score: 0.{9 - i})\n**Source:** {url}\n\n{text}"
+        for i, (url, text) in enumerate(passages, 1)
     )
 
 
@@ -31,38 +32,64 @@ def trace_line(
     start = at or NOW - timedelta(hours=2)
     observations: list[dict[str, Any]] = [
         {
-            "id": f"{trace_id}-root", "traceId": trace_id, "type": "AGENT", "name": "docs-agent",
-            "parentObservationId": None, "startTime": start.isoformat(), "sessionId": session_id,
-            "input": json.dumps(question), "output": json.dumps(answer),
+            "id": f"{trace_id}-root",
+            "traceId": trace_id,
+            "type": "AGENT",
+            "name": "docs-agent",
+            "parentObservationId": None,
+            "startTime": start.isoformat(),
+            "sessionId": session_id,
+            "input": json.dumps(question),
+            "output": json.dumps(answer),
         }
     ]
     for n, (tool, url, text) in enumerate(searches or []):
         observations.append(
             {
-                "id": f"{trace_id}-tool{n}", "traceId": trace_id, "type": "TOOL", "name": tool,
+                "id": f"{trace_id}-tool{n}",
+                "traceId": trace_id,
+                "type": "TOOL",
+                "name": tool,
                 "parentObservationId": f"{trace_id}-root",
-                "startTime": (start + timedelta(seconds=n + 1)).isoformat(), "sessionId": session_id,
-                "input": json.dumps({"query": question}), "output": json.dumps(markdown_results((url, text))),
+                "startTime": (start + timedelta(seconds=n + 1)).isoformat(),
+                "sessionId": session_id,
+                "input": json.dumps({"query": question}),
+                "output": json.dumps(markdown_results((url, text))),
             }
         )
     scores = []
     if vote is not None:
         scores.append(
             {
-                "id": vote_id or f"vote-{trace_id}", "name": "user_feedback", "dataType": "BOOLEAN", "value": vote,
-                "comment": comment, "traceId": trace_id, "timestamp": (start + timedelta(minutes=1)).isoformat(),
+                "id": vote_id or f"vote-{trace_id}",
+                "name": "user_feedback",
+                "dataType": "BOOLEAN",
+                "value": vote,
+                "comment": comment,
+                "traceId": trace_id,
+                "timestamp": (start + timedelta(minutes=1)).isoformat(),
             }
         )
     return {"traceId": trace_id, "observations": observations, "scores": scores}
 
 
-def session_vote(vote_id: str, session_id: str, turn: int, at: datetime, comment: str = "bad") -> dict[str, Any]:
+def session_vote(
+    vote_id: str, session_id: str, turn: int, at: datetime, comment: str = "bad"
+) -> dict[str, Any]:
     return {
         "traceId": None,
         "observations": [],
         "scores": [
-            {"id": vote_id, "name": "user_feedback", "dataType": "BOOLEAN", "value": 0, "comment": comment,
-             "sessionId": session_id, "metadata": {"turn": turn}, "timestamp": at.isoformat()}
+            {
+                "id": vote_id,
+                "name": "user_feedback",
+                "dataType": "BOOLEAN",
+                "value": 0,
+                "comment": comment,
+                "sessionId": session_id,
+                "metadata": {"turn": turn},
+                "timestamp": at.isoformat(),
+            }
         ],
     }
 

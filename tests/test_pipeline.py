@@ -8,8 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-
 from factories import NOW, lines, session_vote, trace_line
+
 from triage.config import IndexFolder, load_config
 from triage.errors import JudgeError, SearchError
 from triage.heuristic import HeuristicJudge
@@ -23,7 +23,9 @@ DOCS_URL = "https://www.kubeflow.org/docs/components/katib/early-stopping/"
 ISSUE_URL = "https://github.com/kubeflow/katib/issues/1234"
 EARLY = "Enable early stopping in a Katib Experiment by setting earlyStopping.algorithmName to medianstop."
 TRIALS = "Limit how many trials a Katib experiment runs with the maxTrialCount field of the Experiment spec."
-QUOTA = "Suggestion pods stuck pending because of namespace resource quota: raise the quota for suggestion pods."
+QUOTA = (
+    "Suggestion pods stuck pending because of namespace resource quota: raise the quota for suggestion pods."
+)
 
 
 @pytest.fixture
@@ -31,7 +33,9 @@ def index(tmp_path: Path) -> Index:
     docs, issues = tmp_path / "docs", tmp_path / "issues"
     docs.mkdir()
     issues.mkdir()
-    (docs / "early.md").write_text(f'+++\ntitle = "Early stopping"\nurl = "{DOCS_URL}"\n+++\n{EARLY}\n\n{TRIALS}\n')
+    (docs / "early.md").write_text(
+        f'+++\ntitle = "Early stopping"\nurl = "{DOCS_URL}"\n+++\n{EARLY}\n\n{TRIALS}\n'
+    )
     (issues / "quota.md").write_text(f'---\ntitle: "Suggestion pending"\nurl: "{ISSUE_URL}"\n---\n{QUOTA}\n')
     return Index.from_folders(
         [IndexFolder(collection="docs", path=docs), IndexFolder(collection="issues", path=issues)]
@@ -41,44 +45,79 @@ def index(tmp_path: Path) -> Index:
 def rows() -> list[str]:
     at = NOW - timedelta(hours=3)
     return lines(
-        trace_line("ok", "How do I enable early stopping in a Katib experiment?",
-                   "Set `earlyStopping.algorithmName` to medianstop.",
-                   [("search_kubeflow_docs", DOCS_URL, EARLY)], at=at, comment="too terse"),
-        trace_line("gen", "How do I enable early stopping in a Katib experiment?",
-                   "Set `earlyStopping.policy: aggressive` in the spec.",
-                   [("search_kubeflow_docs", DOCS_URL, EARLY)], at=at),
-        trace_line("skip", "How do I limit the trials of a Katib experiment?", "Use maxTrials: 5.", [], at=at),
-        trace_line("retr", "How do I limit the number of trials a Katib experiment runs?",
-                   "I could not find that in the docs.",
-                   [("search_kubeflow_docs", "https://www.kubeflow.org/docs/x/", "Pipelines compile to YAML.")],
-                   at=at),
-        trace_line("route", "Why are suggestion pods stuck pending with a resource quota?",
-                   "I'm not sure.", [("search_kubeflow_docs", "https://www.kubeflow.org/docs/y/", "Notebooks.")],
-                   at=at),
-        trace_line("gap", "Does Katib support quantum annealing optimizers?",
-                   "The docs don't cover quantum annealing.",
-                   [("search_kubeflow_docs", "https://www.kubeflow.org/docs/z/", "Random search samples.")], at=at),
-        trace_line("halluc", "Does Katib support quantum annealing optimizers?",
-                   "Yes: set `algorithmName: qanneal` and `--qpu-count 16`.",
-                   [("search_kubeflow_docs", "https://www.kubeflow.org/docs/z/", "Random search samples.")], at=at),
+        trace_line(
+            "ok",
+            "How do I enable early stopping in a Katib experiment?",
+            "Set `earlyStopping.algorithmName` to medianstop.",
+            [("search_kubeflow_docs", DOCS_URL, EARLY)],
+            at=at,
+            comment="too terse",
+        ),
+        trace_line(
+            "gen",
+            "How do I enable early stopping in a Katib experiment?",
+            "Set `earlyStopping.policy: aggressive` in the spec.",
+            [("search_kubeflow_docs", DOCS_URL, EARLY)],
+            at=at,
+        ),
+        trace_line(
+            "skip", "How do I limit the trials of a Katib experiment?", "Use maxTrials: 5.", [], at=at
+        ),
+        trace_line(
+            "retr",
+            "How do I limit the number of trials a Katib experiment runs?",
+            "I could not find that in the docs.",
+            [("search_kubeflow_docs", "https://www.kubeflow.org/docs/x/", "Pipelines compile to YAML.")],
+            at=at,
+        ),
+        trace_line(
+            "route",
+            "Why are suggestion pods stuck pending with a resource quota?",
+            "I'm not sure.",
+            [("search_kubeflow_docs", "https://www.kubeflow.org/docs/y/", "Notebooks.")],
+            at=at,
+        ),
+        trace_line(
+            "gap",
+            "Does Katib support quantum annealing optimizers?",
+            "The docs don't cover quantum annealing.",
+            [("search_kubeflow_docs", "https://www.kubeflow.org/docs/z/", "Random search samples.")],
+            at=at,
+        ),
+        trace_line(
+            "halluc",
+            "Does Katib support quantum annealing optimizers?",
+            "Yes: set `algorithmName: qanneal` and `--qpu-count 16`.",
+            [("search_kubeflow_docs", "https://www.kubeflow.org/docs/z/", "Random search samples.")],
+            at=at,
+        ),
         trace_line("liked", "q?", "a.", [], vote=1, at=at),
         trace_line("old", "q?", "a.", [], at=NOW - timedelta(days=3)),
     )
 
 
 EXPECTED = {
-    "ok": "ok", "gen": "generation", "skip": "agent_skipped_retrieval", "retr": "retrieval",
-    "route": "tool_routing", "gap": "content_gap_handled", "halluc": "content_gap_hallucination",
+    "ok": "ok",
+    "gen": "generation",
+    "skip": "agent_skipped_retrieval",
+    "retr": "retrieval",
+    "route": "tool_routing",
+    "gap": "content_gap_handled",
+    "halluc": "content_gap_hallucination",
 }
 
 
 def run(store: Store, index: Index | None, **kwargs: object) -> RunResult:
-    options = RunOptions(now=NOW, concurrency=4, batch_size=3, progress_seconds=0.0,
-                         **kwargs)  # type: ignore[arg-type]
+    options = RunOptions(now=NOW, concurrency=4, batch_size=3, progress_seconds=0.0, **kwargs)  # type: ignore[arg-type]
     judge = HeuristicJudge()
     return asyncio.run(
-        run_feedback(backend=store, judge=judge, config=load_config(), options=options,
-                     searcher=LocalSearcher(index) if index else None)
+        run_feedback(
+            backend=store,
+            judge=judge,
+            config=load_config(),
+            options=options,
+            searcher=LocalSearcher(index) if index else None,
+        )
     )
 
 
@@ -113,8 +152,8 @@ def test_second_write_run_triages_nothing_and_duplicates_nothing(index: Index) -
         assert len(forced.entries) == len(EXPECTED)
         # forced rewrites upsert: same ids, same timestamps, still one row per trace and name
         assert store.scores_named("triage_layer") == [
-            {**r, "updatedAt": new["updatedAt"]} for r, new in zip(layer_rows, store.scores_named("triage_layer"),
-                                                                      strict=True)
+            {**r, "updatedAt": new["updatedAt"]}
+            for r, new in zip(layer_rows, store.scores_named("triage_layer"), strict=True)
         ]
         assert len(store.scores_named("triage_component")) == len(EXPECTED)
 
@@ -122,11 +161,24 @@ def test_second_write_run_triages_nothing_and_duplicates_nothing(index: Index) -
 def test_session_votes_resolve_by_turn_or_wait(index: Index) -> None:
     at = NOW - timedelta(hours=5)
     data = lines(
-        trace_line("s-0", "How do I enable early stopping in a Katib experiment?", "Use medianstop.",
-                   [("search_kubeflow_docs", DOCS_URL, EARLY)], at=at, session_id="sess", vote=None),
-        trace_line("s-1", "Does Katib support quantum annealing optimizers?", "The docs don't cover it.",
-                   [("search_kubeflow_docs", DOCS_URL, EARLY)], at=at + timedelta(minutes=5), session_id="sess",
-                   vote=None),
+        trace_line(
+            "s-0",
+            "How do I enable early stopping in a Katib experiment?",
+            "Use medianstop.",
+            [("search_kubeflow_docs", DOCS_URL, EARLY)],
+            at=at,
+            session_id="sess",
+            vote=None,
+        ),
+        trace_line(
+            "s-1",
+            "Does Katib support quantum annealing optimizers?",
+            "The docs don't cover it.",
+            [("search_kubeflow_docs", DOCS_URL, EARLY)],
+            at=at + timedelta(minutes=5),
+            session_id="sess",
+            vote=None,
+        ),
         session_vote("sv1", "sess", 1, at + timedelta(minutes=6)),
         session_vote("sv2", "sess", 2, at + timedelta(minutes=7)),
     )
@@ -140,9 +192,20 @@ def test_session_votes_resolve_by_turn_or_wait(index: Index) -> None:
         assert "turn 2 has not arrived" in pending.undecided.reason
         assert result.exit_code == 0
         # the third turn arrives later: the next run resolves the waiting vote
-        store.import_lines(lines(trace_line("s-2", "How do I enable early stopping in a Katib experiment?",
-                                            "Use medianstop.", [("search_kubeflow_docs", DOCS_URL, EARLY)],
-                                            at=at + timedelta(minutes=8), session_id="sess", vote=None)), "late")
+        store.import_lines(
+            lines(
+                trace_line(
+                    "s-2",
+                    "How do I enable early stopping in a Katib experiment?",
+                    "Use medianstop.",
+                    [("search_kubeflow_docs", DOCS_URL, EARLY)],
+                    at=at + timedelta(minutes=8),
+                    session_id="sess",
+                    vote=None,
+                )
+            ),
+            "late",
+        )
         later = run(store, index)
         assert sorted(e.trace_id for e in later.entries) == ["s-1", "s-2"]
         assert later.skipped == []
@@ -163,8 +226,13 @@ def test_search_down_leaves_only_search_dependent_traces_undecided() -> None:
     with Store(":memory:") as store:
         store.import_lines(rows(), "test")
         result = asyncio.run(
-            run_feedback(backend=store, judge=HeuristicJudge(), config=load_config(),
-                         options=RunOptions(now=NOW), searcher=DownSearcher())
+            run_feedback(
+                backend=store,
+                judge=HeuristicJudge(),
+                config=load_config(),
+                options=RunOptions(now=NOW),
+                searcher=DownSearcher(),
+            )
         )
     decided = {e.trace_id: e.layer.value for e in result.entries}
     # these need no re-search: the trace alone, or the agent's own passages, decide them
@@ -176,7 +244,9 @@ def test_search_down_leaves_only_search_dependent_traces_undecided() -> None:
 
 
 class BrokenJudge(HeuristicJudge):
-    async def judge(self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts) -> Facts:
+    async def judge(
+        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
+    ) -> Facts:
         if trace.id == "gen":
             raise JudgeError("model endpoint returned 503 three times")
         return await super().judge(trace, research, comment, base)
@@ -186,8 +256,13 @@ def test_judge_failure_is_listed_and_degrades_the_run(index: Index) -> None:
     with Store(":memory:") as store:
         store.import_lines(rows(), "test")
         result = asyncio.run(
-            run_feedback(backend=store, judge=BrokenJudge(), config=load_config(), options=RunOptions(now=NOW),
-                         searcher=LocalSearcher(index))
+            run_feedback(
+                backend=store,
+                judge=BrokenJudge(),
+                config=load_config(),
+                options=RunOptions(now=NOW),
+                searcher=LocalSearcher(index),
+            )
         )
     assert "gen" not in {e.trace_id for e in result.entries}
     [skipped] = result.skipped

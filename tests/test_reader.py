@@ -16,11 +16,23 @@ TOOLS = {"search_kubeflow_docs": "docs", "search_github_issues": "issues", "sear
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def obs(oid: str, *, parent: str | None = "root", type: str = "SPAN", name: str | None = None,
-        input: Any = None, output: Any = None, at: int = 0) -> Observation:
+def obs(
+    oid: str,
+    *,
+    parent: str | None = "root",
+    type: str = "SPAN",
+    name: str | None = None,
+    input: Any = None,
+    output: Any = None,
+    at: int = 0,
+) -> Observation:
     return Observation.model_validate(
         {
-            "id": oid, "traceId": "t1", "type": type, "name": name, "parentObservationId": parent,
+            "id": oid,
+            "traceId": "t1",
+            "type": type,
+            "name": name,
+            "parentObservationId": parent,
             "startTime": (T0 + timedelta(seconds=at)).isoformat(),
             "input": None if input is None else json.dumps(input),
             "output": None if output is None else json.dumps(output),
@@ -41,15 +53,25 @@ def obs(oid: str, *, parent: str | None = "root", type: str = "SPAN", name: str 
                 {"role": "system", "content": "You are helpful."},
                 {"role": "user", "content": "first"},
                 {"role": "assistant", "content": "reply"},
-                {"role": "user", "content": [{"type": "text", "text": "second, "}, {"type": "text", "text": "parts"}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "second, "}, {"type": "text", "text": "parts"}],
+                },
             ],
             "user",
             "second, \nparts",
         ),
-        ({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a1"}]}, "assistant", "a1"),
+        (
+            {"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a1"}]},
+            "assistant",
+            "a1",
+        ),
         ({"role": "assistant", "content": "single message"}, "assistant", "single message"),
-        ({"choices": [{"message": {"role": "assistant", "content": "openai completion"}}]}, "assistant",
-         "openai completion"),
+        (
+            {"choices": [{"message": {"role": "assistant", "content": "openai completion"}}]},
+            "assistant",
+            "openai completion",
+        ),
     ],
 )
 def test_extract_text_shapes(value: Any, role: str, want: str) -> None:
@@ -72,9 +94,17 @@ def test_tool_observations_with_markdown_passages() -> None:
     trace = read_trace(
         "t1",
         [
-            obs("root", parent=None, input="How do I stop trials early?", output={"output": "Use medianstop."}),
-            obs("tool1", type="TOOL", name="search_kubeflow_docs", input={"query": "early stopping"},
-                output=MARKDOWN_RESULT, at=1),
+            obs(
+                "root", parent=None, input="How do I stop trials early?", output={"output": "Use medianstop."}
+            ),
+            obs(
+                "tool1",
+                type="TOOL",
+                name="search_kubeflow_docs",
+                input={"query": "early stopping"},
+                output=MARKDOWN_RESULT,
+                at=1,
+            ),
         ],
         TOOLS,
     )
@@ -91,16 +121,28 @@ def test_tool_observations_with_markdown_passages() -> None:
 def test_mcp_result_with_citations_and_span_named_after_tool() -> None:
     result = {
         "content": [{"type": "text", "text": "1. Katib issue about metrics"}],
-        "structuredContent": {"citations": [
-            {"id": "c1", "url": "https://github.com/kubeflow/katib/issues/2201", "text": "Use the file collector.",
-             "title": "Metrics not collected", "score": 0.8},
-        ]},
+        "structuredContent": {
+            "citations": [
+                {
+                    "id": "c1",
+                    "url": "https://github.com/kubeflow/katib/issues/2201",
+                    "text": "Use the file collector.",
+                    "title": "Metrics not collected",
+                    "score": 0.8,
+                },
+            ]
+        },
         "isError": False,
     }
     trace = read_trace(
         "t1",
         [
-            obs("root", parent=None, input={"content": "Why are metrics missing?"}, output="Use the file collector."),
+            obs(
+                "root",
+                parent=None,
+                input={"content": "Why are metrics missing?"},
+                output="Use the file collector.",
+            ),
             obs("s1", type="SPAN", name="search_github_issues", input="metrics missing", output=result, at=1),
             obs("other", type="SPAN", name="format_answer", input="x", output="y", at=2),
         ],
@@ -118,8 +160,14 @@ def test_search_failed_output_is_an_error_call_without_passages() -> None:
         "t1",
         [
             obs("root", parent=None, input="q?", output="a."),
-            obs("tool1", type="TOOL", name="search_kubeflow_docs", input={"query": "q"},
-                output="Search failed: milvus unreachable", at=1),
+            obs(
+                "tool1",
+                type="TOOL",
+                name="search_kubeflow_docs",
+                input={"query": "q"},
+                output="Search failed: milvus unreachable",
+                at=1,
+            ),
         ],
         TOOLS,
     )
@@ -132,18 +180,40 @@ def test_openai_tool_call_messages_inside_a_generation() -> None:
     messages = [
         {"role": "system", "content": "Answer from the docs."},
         {"role": "user", "content": "How do I compile a pipeline?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "search_kubeflow_docs", "arguments": json.dumps({"query": "compile", "top_k": 3})}},
-        ]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "search_kubeflow_docs",
+                        "arguments": json.dumps({"query": "compile", "top_k": 3}),
+                    },
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": MARKDOWN_RESULT},
     ]
     trace = read_trace(
         "t1",
         [
-            obs("root", parent=None, type="AGENT", input=messages[:2], output={"role": "assistant", "content": "Run kfp."}),
-            obs("gen", type="GENERATION", name="llm", input=messages, output={"role": "assistant", "content": "Run kfp."},
-                at=1),
+            obs(
+                "root",
+                parent=None,
+                type="AGENT",
+                input=messages[:2],
+                output={"role": "assistant", "content": "Run kfp."},
+            ),
+            obs(
+                "gen",
+                type="GENERATION",
+                name="llm",
+                input=messages,
+                output={"role": "assistant", "content": "Run kfp."},
+                at=1,
+            ),
         ],
         TOOLS,
     )
@@ -162,7 +232,10 @@ def test_no_tool_calls_means_no_search() -> None:
 def test_answer_falls_back_to_last_generation() -> None:
     trace = read_trace(
         "t1",
-        [obs("root", parent=None, input="q?"), obs("g", type="GENERATION", input="q?", output="from the model", at=1)],
+        [
+            obs("root", parent=None, input="q?"),
+            obs("g", type="GENERATION", input="q?", output="from the model", at=1),
+        ],
         TOOLS,
     )
     assert trace.answer == "from the model"

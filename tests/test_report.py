@@ -16,14 +16,28 @@ HOSTILE = (
 
 def result_with(entries: list[Entry], skipped: list[Skipped] | None = None) -> RunResult:
     return RunResult(
-        start=datetime(2026, 11, 29, 2, 45, tzinfo=UTC), end=datetime(2026, 11, 30, 2, 45, tzinfo=UTC),
-        thumbs_down=len(entries) + len(skipped or []), entries=entries, skipped=skipped or [], judge="heuristic",
+        start=datetime(2026, 11, 29, 2, 45, tzinfo=UTC),
+        end=datetime(2026, 11, 30, 2, 45, tzinfo=UTC),
+        thumbs_down=len(entries) + len(skipped or []),
+        entries=entries,
+        skipped=skipped or [],
+        judge="heuristic",
     )
 
 
-def entry(trace_id: str, layer: Layer, owners: list[str], comment: str = "meh", question: str = "How?") -> Entry:
-    return Entry(trace_id=trace_id, layer=layer, component="katib", owners=owners, reason="Because.",
-                 question=question, comments=[comment], url=f"https://lf.example/project/p/traces/{trace_id}")
+def entry(
+    trace_id: str, layer: Layer, owners: list[str], comment: str = "meh", question: str = "How?"
+) -> Entry:
+    return Entry(
+        trace_id=trace_id,
+        layer=layer,
+        component="katib",
+        owners=owners,
+        reason="Because.",
+        question=question,
+        comments=[comment],
+        url=f"https://lf.example/project/p/traces/{trace_id}",
+    )
 
 
 def structural_lines(text: str) -> list[str]:
@@ -32,7 +46,9 @@ def structural_lines(text: str) -> list[str]:
 
 def test_hostile_comment_is_escaped_and_changes_no_structure() -> None:
     plain = render_report(result_with([entry("t1", Layer.RETRIEVAL, ["kubeflow/docs-agent"])]))
-    hostile = render_report(result_with([entry("t1", Layer.RETRIEVAL, ["kubeflow/docs-agent"], HOSTILE, HOSTILE)]))
+    hostile = render_report(
+        result_with([entry("t1", Layer.RETRIEVAL, ["kubeflow/docs-agent"], HOSTILE, HOSTILE)])
+    )
     assert structural_lines(hostile) == structural_lines(plain)
     assert "<script>" not in hostile and "<b>" not in hostile
     assert "&lt;script&gt;" in hostile
@@ -59,8 +75,15 @@ def test_grouped_by_owner_then_layer_with_totals() -> None:
                 entry("c", Layer.CONTENT_GAP_HALLUCINATION, ["kubeflow/docs-agent", "kubeflow/katib"]),
                 entry("d", Layer.CONTENT_GAP_HANDLED, ["kubeflow/katib"]),
             ],
-            [Skipped(Undecided(vote_ids=["v9"], trace_id="e", kind="unavailable", reason="judge unavailable: 503"),
-                     "Why?", ["slow"])],
+            [
+                Skipped(
+                    Undecided(
+                        vote_ids=["v9"], trace_id="e", kind="unavailable", reason="judge unavailable: 503"
+                    ),
+                    "Why?",
+                    ["slow"],
+                )
+            ],
         )
     )
     headings = [line for line in text.splitlines() if line.startswith("#")]

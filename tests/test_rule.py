@@ -96,7 +96,10 @@ def test_issues_collection_is_configurable() -> None:
 
 def test_reasons_name_the_deciding_fact() -> None:
     facts = Facts(
-        agent_searched=True, retrieved_has_answer=True, answer_grounded=False, answer_declined=False,
+        agent_searched=True,
+        retrieved_has_answer=True,
+        answer_grounded=False,
+        answer_declined=False,
         unsupported_claims=["maxTrials"],
     )
     assert "maxTrials" in explain(Layer.GENERATION, facts)

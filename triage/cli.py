@@ -86,9 +86,13 @@ def parse_shard(value: str | None, settings: Settings) -> Shard:
         return Shard()
     count = settings.triage_shard_count
     if count is None:
-        raise ConfigError("JOB_COMPLETION_INDEX is set but TRIAGE_SHARD_COUNT is not: set it to the Job's completions")
+        raise ConfigError(
+            "JOB_COMPLETION_INDEX is set but TRIAGE_SHARD_COUNT is not: set it to the Job's completions"
+        )
     if settings.job_completion_index >= count:
-        raise ConfigError(f"JOB_COMPLETION_INDEX {settings.job_completion_index} >= TRIAGE_SHARD_COUNT {count}")
+        raise ConfigError(
+            f"JOB_COMPLETION_INDEX {settings.job_completion_index} >= TRIAGE_SHARD_COUNT {count}"
+        )
     return Shard(settings.job_completion_index, count)
 
 
@@ -165,7 +169,9 @@ def _with(options: list[Callable[[F], F]]) -> Callable[[F], F]:
     help="Take only shard I of N (stable hash of the trace). Default from JOB_COMPLETION_INDEX and TRIAGE_SHARD_COUNT.",
 )
 @click.option(
-    "--log-format", type=click.Choice(["text", "json"]), help="Log line format on stderr. Default: TRIAGE_LOG_FORMAT."
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    help="Log line format on stderr. Default: TRIAGE_LOG_FORMAT.",
 )
 @click.option(
     "--config",
@@ -250,7 +256,9 @@ def import_(file: Path, store: Path | None) -> None:
     path = store or settings.triage_store or default_store_path()
     with Store(path) as db:
         counts = db.import_file(file)
-    click.echo(f"imported {counts.traces} traces, {counts.observations} observations, {counts.scores} scores into {path}")
+    click.echo(
+        f"imported {counts.traces} traces, {counts.observations} observations, {counts.scores} scores into {path}"
+    )
 
 
 @cli.group()
@@ -286,7 +294,10 @@ def _folders(values: tuple[str, ...], config: TriageConfig) -> list[IndexFolder]
     help="A folder to serve as a collection (repeatable). Default: the config's [[index]], else the demo index.",
 )
 @click.option(
-    "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Configuration file."
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Configuration file.",
 )
 @handle_errors
 def serve(host: str, port: int, stdio: bool, folders: tuple[str, ...], config_path: Path | None) -> None:

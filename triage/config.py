@@ -89,7 +89,11 @@ class TriageConfig(_Section):
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in {"tools", "components"}:
+        if (
+            isinstance(value, dict)
+            and isinstance(merged.get(key), dict)
+            and key not in {"tools", "components"}
+        ):
             merged[key] = _merge(merged[key], value)
         else:
             # tools and components replace the defaults whole: a user's agent has its own
@@ -120,9 +124,7 @@ def load_config(path: Path | None = None) -> TriageConfig:
         config = TriageConfig.model_validate(data)
     except ValidationError as ex:
         where = f"config file {path}" if path else "built-in defaults"
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in ex.errors()
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in ex.errors())
         raise ConfigError(f"{where}: {problems}") from ex
     if config.agent.default_component not in config.components:
         raise ConfigError(

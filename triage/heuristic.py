@@ -149,7 +149,9 @@ def signals(trace: Trace, research: list[Passage] | None) -> Signals:
     s_best, s_cov = best_passage(terms, research) if research is not None else (None, None)
     seen = [trace.question, *(c.output for c in trace.tool_calls), *(p.text for p in trace.passages)]
     seen += [p.source_url or "" for p in trace.passages]
-    return Signals(terms, r_best, r_cov, s_best, s_cov, unsupported(trace.answer, seen), declines(trace.answer))
+    return Signals(
+        terms, r_best, r_cov, s_best, s_cov, unsupported(trace.answer, seen), declines(trace.answer)
+    )
 
 
 class HeuristicJudge:

@@ -165,7 +165,11 @@ class Progress:
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
         log.info(
             "progress %d/%d (%d%%) %.1f traces/s ETA %ds",
-            self.done, self.total, 100 * self.done // max(self.total, 1), rate, round(eta),
+            self.done,
+            self.total,
+            100 * self.done // max(self.total, 1),
+            rate,
+            round(eta),
             extra={"event": "progress", "done": self.done, "total": self.total},
         )
 
@@ -206,17 +210,25 @@ class _Run:
     ) -> None:
         self.backend, self.judge, self.config, self.options = backend, judge, config, options
         self.result, self.researcher, self.search_down, self.facts_out = (
-            result, researcher, search_down, facts_out
+            result,
+            researcher,
+            search_down,
+            facts_out,
         )
         self.judge_gate = asyncio.Semaphore(options.concurrency)
 
-    def skip(self, votes: Sequence[Vote], trace_id: str | None, kind: str, reason: str, question: str | None = None
-             ) -> None:
+    def skip(
+        self, votes: Sequence[Vote], trace_id: str | None, kind: str, reason: str, question: str | None = None
+    ) -> None:
         undecided = Undecided(vote_ids=[v.id for v in votes], trace_id=trace_id, kind=kind, reason=reason)  # type: ignore[arg-type]
         url = self.backend.trace_url(trace_id) if trace_id else None
-        self.result.skipped.append(Skipped(undecided, shorten(question) if question else None, _comments(votes), url))
+        self.result.skipped.append(
+            Skipped(undecided, shorten(question) if question else None, _comments(votes), url)
+        )
         log.warning(
-            "undecided %s: %s", trace_id or ",".join(undecided.vote_ids), reason,
+            "undecided %s: %s",
+            trace_id or ",".join(undecided.vote_ids),
+            reason,
             extra={"event": "undecided", "trace_id": trace_id, "kind": kind},
         )
 
@@ -245,9 +257,11 @@ class _Run:
         try:
             layer = decide(facts, self.config.agent.issues_collection)
         except Undetermined as ex:
-            why = f"search unavailable ({search_problem})" if ex.missing == "index_has_answer" and (
-                search_problem
-            ) else "the judge could not establish it"
+            why = (
+                f"search unavailable ({search_problem})"
+                if ex.missing == "index_has_answer" and (search_problem)
+                else "the judge could not establish it"
+            )
             self.skip(votes, trace.id, "unavailable", f"{ex}: {why}", trace.question)
             return None
         component = (
@@ -316,9 +330,7 @@ def window(options: RunOptions, config: TriageConfig) -> tuple[datetime, datetim
     return start, end
 
 
-def _resolve_sessions(
-    backend: Backend, votes: list[Vote], run: _Run
-) -> dict[str, list[Vote]]:
+def _resolve_sessions(backend: Backend, votes: list[Vote], run: _Run) -> dict[str, list[Vote]]:
     """Votes grouped by trace id; a session vote goes to the `turn`-th trace of its session."""
     by_trace: dict[str, list[Vote]] = {}
     session_votes = [v for v in votes if not v.trace_id]
@@ -332,12 +344,16 @@ def _resolve_sessions(
             continue
         traces = sessions.get(vote.session_id, [])
         if vote.turn is None:
-            run.skip([vote], None, "bad_input", f"session vote on {vote.session_id} has no turn in its metadata")
+            run.skip(
+                [vote], None, "bad_input", f"session vote on {vote.session_id} has no turn in its metadata"
+            )
         elif vote.turn < len(traces):
             by_trace.setdefault(traces[vote.turn], []).append(vote)
         else:
             run.skip(
-                [vote], None, "pending",
+                [vote],
+                None,
+                "pending",
                 f"session {vote.session_id} has {len(traces)} trace(s) so far; turn {vote.turn} has not arrived",
             )
     return by_trace
@@ -355,19 +371,26 @@ async def run_feedback(
     started = time.monotonic()
     start, end = window(options, config)
     result = RunResult(
-        start=start, end=end, write=options.write, judge=judge.name, shard=options.shard,
-        input_price=config.judge.input_price_per_mtok, output_price=config.judge.output_price_per_mtok,
+        start=start,
+        end=end,
+        write=options.write,
+        judge=judge.name,
+        shard=options.shard,
+        input_price=config.judge.input_price_per_mtok,
+        output_price=config.judge.output_price_per_mtok,
     )
     log.info(
-        "window %s .. %s, judge %s%s", start.isoformat(timespec="minutes"), end.isoformat(timespec="minutes"),
-        judge.name, f", shard {options.shard.index}/{options.shard.count}" if options.shard.count > 1 else "",
+        "window %s .. %s, judge %s%s",
+        start.isoformat(timespec="minutes"),
+        end.isoformat(timespec="minutes"),
+        judge.name,
+        f", shard {options.shard.index}/{options.shard.count}" if options.shard.count > 1 else "",
         extra={"event": "start"},
     )
     votes = await asyncio.to_thread(backend.votes, config.scores.vote, start, end)
     result.votes_seen = len(votes)
     down = [
-        v for v in votes
-        if v.is_thumbs_down and options.shard.owns(v.trace_id or f"session:{v.session_id}")
+        v for v in votes if v.is_thumbs_down and options.shard.owns(v.trace_id or f"session:{v.session_id}")
     ]
     result.thumbs_down = len(down)
 
@@ -376,10 +399,19 @@ async def run_feedback(
         async with _open_searcher(searcher if judge.needs_research else None) as (live, down_reason):
             researcher = (
                 Researcher(live, config.collections, config.search.top_k, config.search.use_comment)
-                if live is not None else None
+                if live is not None
+                else None
             )
-            run = _Run(backend, judge, config, options, result, researcher,
-                       down_reason if judge.needs_research else None, facts_out)
+            run = _Run(
+                backend,
+                judge,
+                config,
+                options,
+                result,
+                researcher,
+                down_reason if judge.needs_research else None,
+                facts_out,
+            )
             by_trace = await asyncio.to_thread(_resolve_sessions, backend, down, run)
             trace_ids = sorted(by_trace)
             if not options.force and trace_ids:
@@ -393,7 +425,11 @@ async def run_feedback(
                 trace_ids = [t for t in trace_ids if t not in done]
             log.info(
                 "%d votes, %d thumbs-down on %d traces; %d already triaged, %d to triage",
-                result.votes_seen, result.thumbs_down, len(by_trace), result.already_triaged, len(trace_ids),
+                result.votes_seen,
+                result.thumbs_down,
+                len(by_trace),
+                result.already_triaged,
+                len(trace_ids),
                 extra={"event": "plan", "to_triage": len(trace_ids)},
             )
             await _stream(run, by_trace, trace_ids)
@@ -427,8 +463,9 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
                 continue
             for trace_id in chunk:
                 try:
-                    trace = read_trace(trace_id, found.get(trace_id, []), run.config.tools,
-                                       backend.trace_url(trace_id))
+                    trace = read_trace(
+                        trace_id, found.get(trace_id, []), run.config.tools, backend.trace_url(trace_id)
+                    )
                 except InputError as ex:
                     run.skip(by_trace[trace_id], trace_id, "bad_input", str(ex))
                     progress.tick()
@@ -460,9 +497,13 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
         for entry, ws in batch:
             missing = [failed.get(w.id, "not confirmed") for w in ws if w.id not in confirmed]
             if missing:
-                run.skip(by_trace[entry.trace_id], entry.trace_id, "not_written",
-                         f"triaged as {entry.layer.value}, but the score was not written: {missing[0]}",
-                         entry.question)
+                run.skip(
+                    by_trace[entry.trace_id],
+                    entry.trace_id,
+                    "not_written",
+                    f"triaged as {entry.layer.value}, but the score was not written: {missing[0]}",
+                    entry.question,
+                )
             else:
                 entry.written = True
                 result.written += len(ws)

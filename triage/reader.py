@@ -47,9 +47,7 @@ def _parts_text(content: Any) -> str | None:
 
 def _is_message_list(value: Any) -> bool:
     return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(m, Mapping) and "role" in m for m in value)
+        isinstance(value, list) and bool(value) and all(isinstance(m, Mapping) and "role" in m for m in value)
     )
 
 
@@ -129,14 +127,18 @@ def _tool_args(value: Any) -> dict[str, Any]:
     return {"query": value if isinstance(value, str) else json.dumps(value)}
 
 
-def passages_from_output(text: str, citations: Sequence[Mapping[str, Any]], collection: str | None) -> list[Passage]:
+def passages_from_output(
+    text: str, citations: Sequence[Mapping[str, Any]], collection: str | None
+) -> list[Passage]:
     """Passages of one search output: structured citations first, else `**Source:**` Markdown blocks.
 
     Ids are left empty here; `read_trace` numbers them R1..Rn across the trace.
     """
     found: list[Passage] = []
     for cite in citations:
-        body = next((cite[k] for k in ("text", "content", "snippet", "chunk") if isinstance(cite.get(k), str)), "")
+        body = next(
+            (cite[k] for k in ("text", "content", "snippet", "chunk") if isinstance(cite.get(k), str)), ""
+        )
         title = cite.get("title") or cite.get("section")
         found.append(
             Passage(
@@ -173,9 +175,7 @@ def _calls_from_messages(
         messages = value.get("messages") if isinstance(value, Mapping) else value
         if not _is_message_list(messages):
             continue
-        results = {
-            m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"
-        }
+        results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
         calls: list[tuple[ToolCall, list[dict[str, Any]]]] = []
         for message in messages:
             for call in message.get("tool_calls") or []:

@@ -66,7 +66,10 @@ def render_report(result: RunResult) -> str:
         result=result,
         groups=groups,
         layers=layers,
-        totals={owner: {layer: len(items) for layer, items in by_layer.items()} for owner, by_layer in groups.items()},
+        totals={
+            owner: {layer: len(items) for layer, items in by_layer.items()}
+            for owner, by_layer in groups.items()
+        },
         summary=summary_lines(result),  # our own text: not escaped
     )
 
@@ -74,7 +77,9 @@ def render_report(result: RunResult) -> str:
 def summary_lines(result: RunResult) -> list[str]:
     """The run summary: counts per layer, undecided, written, time, requests and cost."""
     triaged = len(result.entries)
-    per_layer = ", ".join(f"{layer} {count}" for layer, count in sorted(result.layer_counts.items())) or "none"
+    per_layer = (
+        ", ".join(f"{layer} {count}" for layer, count in sorted(result.layer_counts.items())) or "none"
+    )
     kinds: dict[str, int] = defaultdict(int)
     for skipped in result.skipped:
         kinds[skipped.undecided.kind] += 1
@@ -89,8 +94,12 @@ def summary_lines(result: RunResult) -> list[str]:
         f"written: {result.written} scores" if result.write else "written: nothing (no --write)",
         f"judge {result.judge}: {usage.calls} calls, {usage.input_tokens} input + {usage.output_tokens} output "
         f"tokens, est. ${result.cost:.4f}"
-        + (f" ({usage.calls / triaged:.2f} calls, {(usage.input_tokens + usage.output_tokens) / triaged:.0f} "
-           f"tokens per trace)" if triaged else ""),
+        + (
+            f" ({usage.calls / triaged:.2f} calls, {(usage.input_tokens + usage.output_tokens) / triaged:.0f} "
+            f"tokens per trace)"
+            if triaged
+            else ""
+        ),
         f"search calls {result.search_calls}; backend requests {result.requests} ({per_trace:.2f} per triaged trace)",
         f"time {result.elapsed:.1f}s",
     ]

@@ -61,7 +61,9 @@ def explain(layer: Layer, facts: Facts) -> str:
         case Layer.GENERATION if facts.answer_declined:
             return "The retrieved passages hold the answer, but the agent declined to give it."
         case Layer.GENERATION:
-            return f"The retrieved passages hold the answer, but the answer is not grounded in them{invented}."
+            return (
+                f"The retrieved passages hold the answer, but the answer is not grounded in them{invented}."
+            )
         case Layer.TOOL_ROUTING:
             return f"Only the {where} collection holds the answer, and the agent never searched it."
         case Layer.RETRIEVAL:

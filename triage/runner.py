@@ -41,7 +41,9 @@ def open_backend(settings: Settings) -> Iterator[Backend]:
     if settings.uses_langfuse:
         if not settings.langfuse_public_key or not settings.langfuse_secret_key:
             missing = "LANGFUSE_SECRET_KEY" if settings.langfuse_public_key else "LANGFUSE_PUBLIC_KEY"
-            raise ConfigError(f"Langfuse needs both keys: set {missing} (or unset the other to use the embedded store)")
+            raise ConfigError(
+                f"Langfuse needs both keys: set {missing} (or unset the other to use the embedded store)"
+            )
         from .langfuse import LangfuseBackend
 
         with LangfuseBackend(
@@ -104,7 +106,9 @@ def make_judge(spec: str | None, settings: Settings, config: TriageConfig) -> Ju
     raise ConfigError(f"unknown judge {spec!r}: use heuristic, llm, cascade or replay:FILE")
 
 
-def feedback(settings: Settings, config: TriageConfig, options: RunOptions, judge_spec: str | None) -> RunResult:
+def feedback(
+    settings: Settings, config: TriageConfig, options: RunOptions, judge_spec: str | None
+) -> RunResult:
     """The one core call behind `triage feedback`."""
     judge = make_judge(judge_spec, settings, config)
     with open_backend(settings) as backend:
@@ -135,5 +139,7 @@ def demo(config: TriageConfig, options: RunOptions, store_path: Path) -> RunResu
         store.import_file(traces_file, shift=demo_shift(traces_file, options.now))
         searcher = LocalSearcher(Index.from_folders(demo_index_folders()))
         return asyncio.run(
-            run_feedback(backend=store, judge=HeuristicJudge(), config=config, options=options, searcher=searcher)
+            run_feedback(
+                backend=store, judge=HeuristicJudge(), config=config, options=options, searcher=searcher
+            )
         )

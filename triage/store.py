@@ -109,7 +109,9 @@ class Store:
 
     # -- loading -----------------------------------------------------------------------------
 
-    def import_lines(self, lines: Sequence[str], source: str, shift: timedelta = timedelta(0)) -> ImportCounts:
+    def import_lines(
+        self, lines: Sequence[str], source: str, shift: timedelta = timedelta(0)
+    ) -> ImportCounts:
         """Load an export: one trace per line, `{"traceId", "observations": [...], "scores": [...]}`.
 
         `shift` moves every time by the same amount (the demo stamps its votes relative to now).
@@ -194,9 +196,11 @@ class Store:
             row["value"] = value
         stamp = _parse_time(score.get("timestamp"), where) + shift
         row["timestamp"] = iso(stamp)
-        row["updatedAt"] = iso(_parse_time(score["updatedAt"], where) + shift) if score.get("updatedAt") else row[
-            "timestamp"
-        ]
+        row["updatedAt"] = (
+            iso(_parse_time(score["updatedAt"], where) + shift)
+            if score.get("updatedAt")
+            else row["timestamp"]
+        )
         row["metadata"] = json.dumps(score["metadata"]) if score.get("metadata") is not None else None
         return row
 
@@ -281,8 +285,17 @@ class Store:
                 "metadata = excluded.metadata, updatedAt = excluded.updatedAt",
                 [
                     (
-                        s.id, s.name, s.value, s.data_type, s.trace_id, s.comment, json.dumps(s.metadata),
-                        iso(s.timestamp), s.environment, now, now,
+                        s.id,
+                        s.name,
+                        s.value,
+                        s.data_type,
+                        s.trace_id,
+                        s.comment,
+                        json.dumps(s.metadata),
+                        iso(s.timestamp),
+                        s.environment,
+                        now,
+                        now,
                     )
                     for s in scores
                 ],
@@ -296,5 +309,7 @@ class Store:
 
     def scores_named(self, name: str) -> list[dict[str, Any]]:
         with self._lock:
-            rows = self._db.execute("SELECT * FROM scores WHERE name = ? ORDER BY traceId", (name,)).fetchall()
+            rows = self._db.execute(
+                "SELECT * FROM scores WHERE name = ? ORDER BY traceId", (name,)
+            ).fetchall()
         return [dict(r) for r in rows]
