@@ -48,6 +48,10 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except TriageError as ex:
+            if logs.current_format == "json":
+                # a log collector reads stderr as JSON lines: the fatal error is one too
+                log.error("%s", ex, extra={"event": "error", "exit_code": ex.exit_code})
+                sys.exit(ex.exit_code)
             raise TriageClickError(ex) from ex
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
@@ -122,6 +126,7 @@ def cli() -> None:
     Start with `triage demo`. Exit codes: 0 done, 1 runtime failure, 2 usage, 3 configuration or
     authentication, 4 degraded (some traces undecided), 5 scores not confirmed as written.
     """
+    logs.current_format = "text"  # until a command configures its logging
 
 
 report_options = [

@@ -46,8 +46,14 @@ class TextFormatter(logging.Formatter):
         return f"{stamp} {record.levelname.lower():7} {record.getMessage()}"
 
 
+#: the format `configure` set last; the CLI reports a fatal error as a log line when it is "json"
+current_format = "text"
+
+
 def configure(fmt: str = "text", secrets: Sequence[str] = (), level: int = logging.INFO) -> None:
     """Send triage's log lines to stderr (stdout is the report's)."""
+    global current_format
+    current_format = fmt
     logger = logging.getLogger("triage")
     for handler in list(logger.handlers):
         logger.removeHandler(handler)

@@ -16,7 +16,8 @@ from .pipeline import Entry, RunResult
 # Inline Markdown that could format, link or break out of a line. Block syntax (headings, lists,
 # quotes, tables) needs a line start, and user text never gets one: it is folded onto one line
 # that the template starts itself.
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
+# Links and images need `[`, emphasis `*` or `_`, code a backtick, tables `|`, strikethrough `~`.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _AUTOLINK = re.compile(r"(?i)\b(https?|ftp)(:)(//)|\b(www)(\.)")
 
 

@@ -1,0 +1,57 @@
+"""The bundled demo: every layer appears, and every demo trace lands where it was written to land."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from triage.cli import cli
+from triage.config import load_config
+from triage.models import Layer
+from triage.pipeline import RunOptions
+from triage.runner import DEMO_DIR, demo
+from triage.store import Store
+
+
+def expected() -> dict[str, dict[str, str]]:
+    rows = [
+        json.loads(line) for line in (DEMO_DIR / "expected.jsonl").read_text().splitlines() if line.strip()
+    ]
+    return {row["trace_id"]: row for row in rows}
+
+
+def test_every_demo_trace_lands_on_its_layer_and_component(tmp_path: Path) -> None:
+    result = demo(load_config(), RunOptions(now=datetime.now(UTC)), tmp_path / "demo.sqlite")
+    want = expected()
+    assert len(want) >= 20
+    got = {e.trace_id: (e.layer.value, e.component) for e in result.entries}
+    assert got == {t: (row["layer"], row["component"]) for t, row in want.items()}
+    assert {layer.value for layer in Layer} == {layer for layer, _ in got.values()}
+    assert result.skipped == [] and result.exit_code == 0
+
+
+def test_demo_twice_with_write_second_run_triages_and_writes_nothing(tmp_path: Path) -> None:
+    store_path = tmp_path / "demo.sqlite"
+    now = datetime.now(UTC)
+    first = demo(load_config(), RunOptions(now=now, write=True), store_path)
+    assert first.written == 2 * len(first.entries)
+    second = demo(load_config(), RunOptions(now=now, write=True), store_path)
+    assert second.entries == [] and second.written == 0
+    assert second.already_triaged == len(first.entries)
+    with Store(store_path) as store:
+        layer_rows = store.scores_named("triage_layer")
+    assert len(layer_rows) == len({r["id"] for r in layer_rows}) == len(first.entries)
+
+
+def test_demo_command_prints_the_report() -> None:
+    result = CliRunner().invoke(cli, ["demo"], catch_exceptions=False, prog_name="triage")
+    assert result.exit_code == 0
+    out = result.stdout
+    assert out.startswith("# Triage of thumbs-down answers")
+    for layer in Layer:
+        assert f"### {layer.value} (" in out
+    assert "## kubeflow/docs-agent" in out and "## kubeflow/katib" in out
+    assert "&lt;script&gt;" in out and "<script>" not in out
