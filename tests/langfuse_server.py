@@ -251,8 +251,9 @@ class LangfuseStandIn:
 
         self._httpd = Server((self.host, self.port), _make_handler(self))
         self.port = self._httpd.server_address[1]
+        # a short poll interval: stop() and restart() wait for the loop to notice
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="langfuse-standin", daemon=True
+            target=self._httpd.serve_forever, args=(0.02,), name="langfuse-standin", daemon=True
         )
         self._thread.start()
 
