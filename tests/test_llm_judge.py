@@ -380,7 +380,9 @@ async def test_answer_only_in_issues_picks_the_issues_collection(
 async def test_answer_in_issues_and_docs_picks_the_searched_collection(
     server: OpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    trace = make_trace(passages=[Passage(id="R1", collection="docs", text="Kubeflow is a community of tools.")])
+    trace = make_trace(
+        passages=[Passage(id="R1", collection="docs", text="Kubeflow is a community of tools.")]
+    )
     facts = await run(make_judge(client), trace)  # S1 in issues and S2 in docs hold it; docs was searched
     assert facts.index_has_answer is True
     assert facts.answer_collection == "docs"  # so the miss is retrieval, not routing

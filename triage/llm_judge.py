@@ -400,9 +400,20 @@ class LLMJudge:
 
     # -- the protocol ---------------------------------------------------------------------------
 
+    #: `judge(..., grounding=False)` makes call A only (the cascade uses it)
+    can_skip_grounding = True
+
     async def judge(
-        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
+        self,
+        trace: Trace,
+        research: list[Passage] | None,
+        comment: str | None,
+        base: Facts,
+        *,
+        grounding: bool = True,
     ) -> Facts:
+        """`base` completed with the judged facts. With `grounding=False` (or no search call) call B
+        is not made and `answer_grounded`/`answer_declined` stay unestablished."""
         usage = self.usage_by_trace.setdefault(trace.id, Usage())
         findings = prompts.injection_findings(
             [
@@ -418,7 +429,11 @@ class LLMJudge:
             # both calls at once (half the latency per trace); one failing cancels the other
             async with asyncio.TaskGroup() as group:
                 task_a = group.create_task(self._containment(trace, research, comment, usage))
-                task_b = group.create_task(self._grounding(trace, usage)) if base.agent_searched else None
+                task_b = (
+                    group.create_task(self._grounding(trace, usage))
+                    if base.agent_searched and grounding
+                    else None
+                )
         except BaseExceptionGroup as group_error:
             raise _first_error(group_error) from None
         containment, r_set, s_set = task_a.result()
