@@ -51,6 +51,7 @@ def open_backend(settings: Settings) -> Iterator[Backend]:
             secret_key=settings.langfuse_secret_key.get_secret_value(),
             base_url=settings.langfuse_base_url,
             timeout=settings.langfuse_timeout,
+            confirm_wait_seconds=settings.triage_confirm_wait_seconds,
         ) as backend:
             yield backend
         return

@@ -23,7 +23,10 @@ class Settings(BaseSettings):
         default="https://cloud.langfuse.com",
         validation_alias=AliasChoices("LANGFUSE_BASE_URL", "LANGFUSE_HOST"),
     )
-    langfuse_timeout: float = 30.0
+    langfuse_timeout: float = Field(default=30.0, gt=0)
+    triage_confirm_wait_seconds: float = Field(
+        default=60.0, ge=0, description="how long to poll for written scores to become readable"
+    )
 
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
