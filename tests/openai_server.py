@@ -152,6 +152,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, {"error": reply.error or {"message": "error"}}, reply.headers)
             return
         message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": reply.refusal}
+        prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
+        if owner.estimate_tokens:
+            prompt_tokens = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
+            completion_tokens = len(reply.content or reply.refusal or "") // 4
         payload = {
             "id": f"chatcmpl-{owner.calls}",
             "object": "chat.completion",
@@ -161,9 +165,9 @@ class _Handler(BaseHTTPRequestHandler):
                 {"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}
             ],
             "usage": {
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
             },
         }
         self._send(200, payload, reply.headers)
@@ -185,10 +189,14 @@ class OpenAIServer:
         responder: Responder | None = None,
         supports: Iterable[str] = ("json_schema", "json_object"),
         port: int = 0,
+        estimate_tokens: bool = False,
     ) -> None:
+        """`estimate_tokens`: report usage as characters / 4 of the request's messages and of the
+        reply (for benchmarks: a prompt's size shows), instead of the scripted counts."""
         self.latency = latency
         self.responder = responder
         self.supports = set(supports)
+        self.estimate_tokens = estimate_tokens
         self.requests: list[Recorded] = []
         self.calls = 0
         self._queue: deque[Reply] = deque()
