@@ -23,7 +23,7 @@ from typing import IO
 from .config import TriageConfig
 from .errors import ConfigError, InputError, JudgeError, JudgeRejected, SearchError, SourceError
 from .interfaces import Backend, Judge, Searcher
-from .models import Facts, Layer, Passage, ScoreWrite, Trace, Undecided, Usage, Verdict, Vote
+from .models import Facts, Layer, Observation, Passage, ScoreWrite, Trace, Undecided, Usage, Verdict, Vote
 from .ownership import component_from_sources, find_component, owners
 from .reader import read_trace
 from .rule import Undetermined, decide, explain
@@ -394,7 +394,10 @@ async def run_feedback(
     ]
     result.thumbs_down = len(down)
 
-    facts_out = open(options.facts_file, "a", encoding="utf-8") if options.facts_file else None  # noqa: SIM115
+    try:
+        facts_out = open(options.facts_file, "a", encoding="utf-8") if options.facts_file else None  # noqa: SIM115
+    except OSError as ex:
+        raise ConfigError(f"cannot write the facts file {options.facts_file}: {ex.strerror or ex}") from ex
     try:
         async with _open_searcher(searcher if judge.needs_research else None) as (live, down_reason):
             researcher = (
@@ -449,11 +452,15 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
     traces: asyncio.Queue[tuple[Trace, list[Vote]] | None] = asyncio.Queue(maxsize=2 * options.batch_size)
     scores: asyncio.Queue[tuple[Entry, list[ScoreWrite]] | None] = asyncio.Queue()
 
+    def read(chunk: list[str]) -> tuple[dict[str, list[Observation]], dict[str, str | None]]:
+        # trace_url may make its one request (the project id) on first use: keep it off the event loop
+        return backend.observations(chunk), {t: backend.trace_url(t) for t in chunk}
+
     async def produce() -> None:
         for i in range(0, len(trace_ids), options.batch_size):
             chunk = trace_ids[i : i + options.batch_size]
             try:
-                found = await asyncio.to_thread(backend.observations, chunk)
+                found, urls = await asyncio.to_thread(read, chunk)
             except ConfigError:
                 raise
             except SourceError as ex:
@@ -463,9 +470,7 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
                 continue
             for trace_id in chunk:
                 try:
-                    trace = read_trace(
-                        trace_id, found.get(trace_id, []), run.config.tools, backend.trace_url(trace_id)
-                    )
+                    trace = read_trace(trace_id, found.get(trace_id, []), run.config.tools, urls[trace_id])
                 except InputError as ex:
                     run.skip(by_trace[trace_id], trace_id, "bad_input", str(ex))
                     progress.tick()
