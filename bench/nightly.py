@@ -1,0 +1,620 @@
+"""Benchmark the nightly run against its ideal and against Langfuse's `run_batched_evaluation`.
+
+    python bench/nightly.py [--sizes 200,1000,5000] [--judge-latency 0.4] [--langfuse-latency 0.03]
+                            [--rpm N] [--concurrency 16] [--batched default,equal|none]
+                            [--markdown FILE] [--json FILE]
+
+On 127.0.0.1 it starts the Langfuse stand-in (tests/langfuse_server.py, per-request latency and an
+optional requests-per-minute limit), `triage index serve` over ../shared/corpus (docs + code) as
+the MCP search server, and the OpenAI-compatible judge stand-in (tests/openai_server.py, a fixed
+latency per call, valid replies: bench/_judge.py). Per N it loads N thumbs-down traces
+(bench/_traces.py), runs `triage feedback --write --judge llm` as a subprocess, then again (the
+rerun), then the same job written with `Langfuse.run_batched_evaluation` (bench/_batched.py) at
+its defaults and at equal concurrency. It prints a results table and whether each target holds.
+See bench/README.md ("Nightly run").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _judge import BenchModel, Stats  # noqa: E402
+from _traces import TraceFactory, corpus_missing  # noqa: E402
+from langfuse_server import LangfuseStandIn  # noqa: E402
+from openai_server import OpenAIServer  # noqa: E402
+
+from triage.config import load_config  # noqa: E402
+
+DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus"
+MODEL = "bench-judge"
+BATCH_SIZE = 100  # RunOptions.batch_size: traces read and scores written per request
+
+# targets (issue 7)
+TARGET_IDEAL_RATIO = 1.2
+TARGET_REQUESTS_PER_TRACE = 0.2
+TARGET_RSS_MB = 300.0
+TARGET_RSS_GROWTH = 0.2  # "flat": at most 20% more from the smallest to the largest N
+TARGET_RERUN_SHARE = 0.10
+
+
+@dataclass
+class Proc:
+    """One subprocess run: wall time start to exit, exit code, peak RSS (its own ru_maxrss)."""
+
+    wall: float
+    code: int
+    rss_mb: float
+    stdout: str
+    stderr: str
+    cpu: float  # user + system seconds of the process
+
+
+@dataclass
+class TriageRun:
+    wall: float
+    code: int
+    rss_mb: float
+    cpu: float
+    core_seconds: float | None  # the job's own "time" summary line (run_feedback, without start-up)
+    langfuse_requests: int
+    langfuse_by_path: dict[str, int]
+    throttled: int  # 429 answers
+    judge_calls: int
+    judge_tokens: int
+    triaged: int  # traces with both triage scores in the stand-in after the run
+    standin_cpu: float  # CPU the benchmark process (the stand-ins) spent during the run
+    summary: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BatchedRun:
+    setting: str
+    concurrency: int
+    fetch_batch_size: int
+    wall: float
+    code: int
+    rss_mb: float
+    cpu: float
+    langfuse_requests: int
+    langfuse_by_path: dict[str, int]
+    throttled: int
+    judge_calls: int
+    scores_landed: int
+    result: dict[str, Any]
+    standin_cpu: float
+
+
+@dataclass
+class SizeResult:
+    n: int
+    ideal: float
+    judge_floor: float
+    rate_floor: float
+    first: TriageRun
+    rerun: TriageRun
+    batched: list[BatchedRun]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_process(cmd: list[str], env: dict[str, str], timeout: float) -> Proc:
+    """Run to exit; stdout/stderr go to files (no pipe to fill up); rusage of this child only."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=ROOT)
+        deadline = started + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.01)
+        wall = time.monotonic() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait again
+        out.seek(0)
+        err.seek(0)
+        return Proc(
+            wall=wall,
+            code=proc.returncode,
+            rss_mb=usage.ru_maxrss / 1024,  # KiB on Linux
+            stdout=out.read(),
+            stderr=err.read(),
+            cpu=usage.ru_utime + usage.ru_stime,
+        )
+
+
+class McpServer:
+    """`triage index serve` over the corpus, as a subprocess."""
+
+    def __init__(self, corpus: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self._log = tempfile.TemporaryFile("w+")
+        cmd = [
+            sys.executable,
+            "-m",
+            "triage",
+            "index",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--folder",
+            f"docs={corpus / 'kubeflow-docs'}",
+            "--folder",
+            f"code={corpus / 'katib-examples'}",
+        ]
+        self.proc = subprocess.Popen(cmd, env=_base_env(), stdout=self._log, stderr=self._log, cwd=ROOT)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._log.seek(0)
+                raise SystemExit(
+                    f"`triage index serve` exited with {self.proc.returncode}:\n{self._log.read()}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit("`triage index serve` did not start listening within 60 s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+def _base_env() -> dict[str, str]:
+    """This environment without any triage/Langfuse/OpenAI setting (the benchmark sets its own)."""
+    drop = ("TRIAGE_", "LANGFUSE_", "OPENAI_", "JOB_COMPLETION_INDEX")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+
+
+def _env(langfuse: LangfuseStandIn, judge: OpenAIServer, mcp_url: str, store: Path) -> dict[str, str]:
+    return {
+        **_base_env(),
+        "LANGFUSE_PUBLIC_KEY": langfuse.public_key,
+        "LANGFUSE_SECRET_KEY": langfuse.secret_key,
+        "LANGFUSE_BASE_URL": langfuse.url,
+        "OPENAI_BASE_URL": judge.url + "/v1",
+        "OPENAI_API_KEY": "sk-bench",
+        "TRIAGE_JUDGE_MODEL": MODEL,
+        "TRIAGE_MCP_URL": mcp_url,
+        "TRIAGE_STORE": str(store),  # never the user's
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _requests(langfuse: LangfuseStandIn) -> tuple[int, dict[str, int], int]:
+    log = langfuse.requests()
+    by_path = Counter(f"{r.method} {r.path}" for r in log)
+    return len(log), dict(by_path), sum(1 for r in log if r.status == 429)
+
+
+def _summary(stderr: str) -> tuple[list[str], float | None]:
+    lines, core = [], None
+    for raw in stderr.splitlines():
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if entry.get("event") == "summary":
+            text = str(entry.get("message", "")).removeprefix("summary: ")
+            lines.append(text)
+            if text.startswith("time "):
+                core = float(text.removeprefix("time ").rstrip("s"))
+    return lines, core
+
+
+def _triaged(langfuse: LangfuseStandIn, layer: str, component: str) -> int:
+    rows = langfuse.score_rows(include_pending=True)
+    names: dict[str, set[str]] = {}
+    for row in rows:
+        if row["name"] in (layer, component) and row.get("traceId"):
+            names.setdefault(row["traceId"], set()).add(row["name"])
+    return sum(1 for found in names.values() if len(found) == 2)
+
+
+def run_triage(
+    langfuse: LangfuseStandIn, model: BenchModel, env: dict[str, str], concurrency: int, timeout: float
+) -> TriageRun:
+    config = load_config(None)
+    langfuse.reset_log()
+    before = model.stats.snapshot()
+    cpu_before = time.process_time()
+    cmd = [
+        sys.executable,
+        "-m",
+        "triage",
+        "feedback",
+        "--since-hours",
+        "24",
+        "--write",
+        "--judge",
+        "llm",
+        "--concurrency",
+        str(concurrency),
+        "--log-format",
+        "json",
+    ]
+    proc = run_process(cmd, env, timeout)
+    standin_cpu = time.process_time() - cpu_before
+    used: Stats = model.stats.minus(before)
+    count, by_path, throttled = _requests(langfuse)
+    lines, core = _summary(proc.stderr)
+    if proc.code not in (0,):
+        tail = "\n".join(proc.stderr.splitlines()[-15:])
+        print(f"  triage exited {proc.code}; last log lines:\n{tail}", file=sys.stderr)
+    return TriageRun(
+        wall=proc.wall,
+        code=proc.code,
+        rss_mb=proc.rss_mb,
+        cpu=proc.cpu,
+        core_seconds=core,
+        langfuse_requests=count,
+        langfuse_by_path=by_path,
+        throttled=throttled,
+        judge_calls=used.total_calls,
+        judge_tokens=used.prompt_tokens + used.completion_tokens,
+        triaged=_triaged(langfuse, config.scores.layer, config.scores.component),
+        standin_cpu=standin_cpu,
+        summary=lines,
+    )
+
+
+def run_batched(
+    langfuse: LangfuseStandIn,
+    model: BenchModel,
+    env: dict[str, str],
+    setting: str,
+    concurrency: int,
+    fetch_batch_size: int,
+    timeout: float,
+) -> BatchedRun:
+    langfuse.reset_log()
+    before = model.stats.snapshot()
+    landed_before = sum(
+        1 for r in langfuse.score_rows(include_pending=True) if r["name"] == "batch_triage_layer"
+    )
+    cpu_before = time.process_time()
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "_batched.py"),
+        "--concurrency",
+        str(concurrency),
+        "--fetch-batch-size",
+        str(fetch_batch_size),
+    ]
+    proc = run_process(cmd, env, timeout)
+    standin_cpu = time.process_time() - cpu_before
+    used = model.stats.minus(before)
+    count, by_path, throttled = _requests(langfuse)
+    landed = sum(1 for r in langfuse.score_rows(include_pending=True) if r["name"] == "batch_triage_layer")
+    result: dict[str, Any] = {}
+    for line in reversed(proc.stdout.splitlines()):
+        try:
+            result = json.loads(line)
+            break
+        except ValueError:
+            continue
+    if proc.code != 0:
+        tail = "\n".join((proc.stderr + proc.stdout).splitlines()[-15:])
+        print(f"  run_batched_evaluation job exited {proc.code}:\n{tail}", file=sys.stderr)
+    return BatchedRun(
+        setting=setting,
+        concurrency=concurrency,
+        fetch_batch_size=fetch_batch_size,
+        wall=proc.wall,
+        code=proc.code,
+        rss_mb=proc.rss_mb,
+        cpu=proc.cpu,
+        langfuse_requests=count,
+        langfuse_by_path=by_path,
+        throttled=throttled,
+        judge_calls=used.total_calls,
+        scores_landed=landed - landed_before,
+        result=result,
+        standin_cpu=standin_cpu,
+    )
+
+
+def floors(
+    judge_calls: int, judge_latency: float, judge_concurrency: int, requests: int, rpm: int | None
+) -> tuple[float, float, float]:
+    """(ideal, judge floor, rate-limit floor): the run cannot beat the slower of the two floors."""
+    judge_floor = judge_calls * judge_latency / judge_concurrency
+    rate_floor = requests * 60.0 / rpm if rpm else 0.0
+    return max(judge_floor, rate_floor), judge_floor, rate_floor
+
+
+def bench_size(
+    n: int,
+    factory: TraceFactory,
+    judge: OpenAIServer,
+    model: BenchModel,
+    mcp_url: str,
+    args: argparse.Namespace,
+    store: Path,
+) -> SizeResult:
+    now = datetime.now(UTC)
+    records = list(factory.records(n, now))
+    judge_concurrency = load_config(None).judge.concurrency
+    langfuse = LangfuseStandIn(
+        records=records,
+        latency=args.langfuse_latency,
+        rate_limit_per_minute=args.rpm,
+        record_bodies=False,
+    )
+    del records
+    timeout = max(600.0, n * 2.0)
+    with langfuse:
+        env = _env(langfuse, judge, mcp_url, store)
+        print(f"N={n}: triage feedback ...", file=sys.stderr)
+        first = run_triage(langfuse, model, env, args.concurrency, timeout)
+        print(f"  {first.wall:.1f} s, {first.judge_calls} judge calls, exit {first.code}", file=sys.stderr)
+        judge.requests.clear()  # the server's own request record: not needed, and it grows
+        print(f"N={n}: rerun ...", file=sys.stderr)
+        rerun = run_triage(langfuse, model, env, args.concurrency, timeout)
+        print(f"  {rerun.wall:.1f} s, {rerun.judge_calls} judge calls, exit {rerun.code}", file=sys.stderr)
+        batched = []
+        settings = {"default": (5, 50), "equal": (args.concurrency, 50)}
+        for setting in args.batched:
+            concurrency, page = settings[setting]
+            print(
+                f"N={n}: run_batched_evaluation ({setting}: concurrency {concurrency}) ...", file=sys.stderr
+            )
+            run = run_batched(langfuse, model, env, setting, concurrency, page, timeout)
+            judge.requests.clear()
+            print(f"  {run.wall:.1f} s, {run.judge_calls} judge calls, exit {run.code}", file=sys.stderr)
+            batched.append(run)
+    ideal, judge_floor, rate_floor = floors(
+        first.judge_calls,
+        args.judge_latency,
+        judge_concurrency,
+        first.langfuse_requests - first.throttled,
+        args.rpm,
+    )
+    return SizeResult(n, ideal, judge_floor, rate_floor, first, rerun, batched)
+
+
+# --------------------------------------------------------------------------------------- report
+
+
+def _f(value: float, digits: int = 1) -> str:
+    return f"{value:.{digits}f}"
+
+
+def tables(results: list[SizeResult], args: argparse.Namespace) -> str:
+    out = [
+        "| N | wall s | ideal s | wall / ideal | Langfuse req / trace | judge calls / trace | tokens / trace "
+        "| peak RSS MB | rerun s | rerun judge calls | triaged | exit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        t = max(r.first.triaged, 1)
+        out.append(
+            f"| {r.n} | {_f(r.first.wall)} | {_f(r.ideal)} | {_f(r.first.wall / r.ideal, 2) if r.ideal else '-'} "
+            f"| {_f(r.first.langfuse_requests / t, 3)} | {_f(r.first.judge_calls / t, 2)} "
+            f"| {r.first.judge_tokens / t:.0f} | {_f(r.first.rss_mb, 0)} | {_f(r.rerun.wall)} "
+            f"| {r.rerun.judge_calls} | {r.first.triaged}/{r.n} | {r.first.code}/{r.rerun.code} |"
+        )
+    if any(r.batched for r in results):
+        out += [
+            "",
+            "| N | run_batched_evaluation | wall s | vs its ideal | Langfuse req | judge calls | scores landed "
+            "| peak RSS MB | triage wall / this | triage req / this |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in results:
+            for b in r.batched:
+                its_ideal = b.judge_calls * args.judge_latency / b.concurrency
+                out.append(
+                    f"| {r.n} | {b.setting} (concurrency {b.concurrency}, pages of {b.fetch_batch_size}) "
+                    f"| {_f(b.wall)} | {_f(b.wall / its_ideal, 2) if its_ideal else '-'} "
+                    f"| {b.langfuse_requests} | {b.judge_calls} | {b.scores_landed}/{r.n} | {_f(b.rss_mb, 0)} "
+                    f"| {_f(r.first.wall / b.wall, 2)} | {_f(r.first.langfuse_requests / max(b.langfuse_requests, 1), 2)} |"
+                )
+    return "\n".join(out)
+
+
+def targets(results: list[SizeResult]) -> list[tuple[str, bool | None, str]]:
+    """(target, holds (None: not measured), figures)."""
+    by_n = {r.n: r for r in results}
+    checks: list[tuple[str, bool | None, str]] = []
+    r1000 = by_n.get(1000)
+    if r1000:
+        ratio = r1000.first.wall / r1000.ideal
+        checks.append(
+            (
+                f"wall time within {TARGET_IDEAL_RATIO}x the ideal at N=1000",
+                ratio <= TARGET_IDEAL_RATIO,
+                f"{ratio:.2f}x ({r1000.first.wall:.1f} s vs {r1000.ideal:.1f} s)",
+            )
+        )
+    else:
+        checks.append((f"wall time within {TARGET_IDEAL_RATIO}x the ideal at N=1000", None, "N=1000 not run"))
+    per_trace = {r.n: r.first.langfuse_requests / max(r.first.triaged, 1) for r in results}
+    checks.append(
+        (
+            f"at most {TARGET_REQUESTS_PER_TRACE} Langfuse requests per triaged trace",
+            all(v <= TARGET_REQUESTS_PER_TRACE for v in per_trace.values()),
+            ", ".join(f"N={n}: {v:.3f}" for n, v in per_trace.items()),
+        )
+    )
+    r5000 = by_n.get(5000)
+    checks.append(
+        (
+            f"peak RSS under {TARGET_RSS_MB:.0f} MB at N=5000",
+            (r5000.first.rss_mb < TARGET_RSS_MB) if r5000 else None,
+            f"{r5000.first.rss_mb:.0f} MB" if r5000 else "N=5000 not run",
+        )
+    )
+    beyond = sorted((r for r in results if r.n > BATCH_SIZE), key=lambda r: r.n)
+    if len(beyond) >= 2:
+        low, high = beyond[0], beyond[-1]
+        growth = high.first.rss_mb / low.first.rss_mb - 1
+        slope = (high.first.rss_mb - low.first.rss_mb) / (high.n - low.n) * 1000
+        checks.append(
+            (
+                f"peak RSS flat in N beyond the batch size (at most {TARGET_RSS_GROWTH:.0%} growth)",
+                growth <= TARGET_RSS_GROWTH,
+                f"{low.first.rss_mb:.0f} MB at N={low.n} -> {high.first.rss_mb:.0f} MB at N={high.n} "
+                f"({growth:+.0%}, {slope:.1f} MB per 1000 traces)",
+            )
+        )
+    else:
+        checks.append(
+            ("peak RSS flat in N beyond the batch size", None, "needs two sizes above the batch size")
+        )
+    checks.append(
+        (
+            f"rerun makes no judge call and takes under {TARGET_RERUN_SHARE:.0%} of the first run",
+            all(
+                r.rerun.judge_calls == 0 and r.rerun.wall < TARGET_RERUN_SHARE * r.first.wall for r in results
+            ),
+            ", ".join(
+                f"N={r.n}: {r.rerun.judge_calls} calls, {r.rerun.wall / r.first.wall:.1%}" for r in results
+            ),
+        )
+    )
+    equal = [(r, b) for r in results for b in r.batched if b.setting == "equal"]
+    if equal:
+        checks.append(
+            (
+                "faster than run_batched_evaluation at equal concurrency, with fewer requests",
+                all(
+                    r.first.wall < b.wall and r.first.langfuse_requests < b.langfuse_requests
+                    for r, b in equal
+                ),
+                ", ".join(
+                    f"N={r.n}: wall {r.first.wall / b.wall:.2f}x, requests {r.first.langfuse_requests}"
+                    f" vs {b.langfuse_requests}"
+                    for r, b in equal
+                ),
+            )
+        )
+    else:
+        checks.append(("faster than run_batched_evaluation at equal concurrency", None, "not run"))
+    return checks
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="200,1000,5000", help="comma-separated N (default 200,1000,5000)")
+    parser.add_argument("--judge-latency", type=float, default=0.4, help="seconds per judge call (0.4)")
+    parser.add_argument("--langfuse-latency", type=float, default=0.03, help="seconds per Langfuse request")
+    parser.add_argument("--rpm", type=int, default=None, help="Langfuse requests-per-minute limit (none)")
+    parser.add_argument("--concurrency", type=int, default=16, help="triage --concurrency (16)")
+    parser.add_argument(
+        "--batched", default="default,equal", help="run_batched_evaluation settings: default,equal or none"
+    )
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--markdown", type=Path, help="also write the tables and targets here")
+    parser.add_argument("--json", type=Path, help="also write every figure here")
+    args = parser.parse_args(argv)
+    args.batched = [] if args.batched == "none" else [s for s in args.batched.split(",") if s]
+    if set(args.batched) - {"default", "equal"}:
+        parser.error("--batched takes default, equal (comma-separated) or none")
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+
+    problem = corpus_missing(args.corpus)
+    if problem:
+        print(f"cannot benchmark: {problem} (the corpus ships in ../shared/corpus)", file=sys.stderr)
+        return 2
+
+    started = datetime.now(UTC)
+    factory = TraceFactory(args.corpus, seed=args.seed)
+    mcp = McpServer(args.corpus)
+    model = BenchModel()
+    results: list[SizeResult] = []
+    try:
+        mcp.wait_ready()
+        with (
+            OpenAIServer(latency=args.judge_latency, responder=model) as judge,
+            tempfile.TemporaryDirectory() as tmp,
+        ):
+            for n in sizes:
+                results.append(
+                    bench_size(n, factory, judge, model, mcp.url, args, Path(tmp) / "store.sqlite")
+                )
+    finally:
+        mcp.stop()
+
+    header = (
+        f"{started:%Y-%m-%d %H:%M} UTC on {machine()}; judge stand-in {args.judge_latency * 1000:.0f} ms per call, "
+        f"Langfuse stand-in {args.langfuse_latency * 1000:.0f} ms per request"
+        + (f", {args.rpm} requests/minute" if args.rpm else "")
+        + f"; triage --concurrency {args.concurrency}, judge concurrency {load_config(None).judge.concurrency}"
+    )
+    text = tables(results, args)
+    checks = targets(results)
+    lines = [header, "", text, "", "Targets:"]
+    for name, holds, figures in checks:
+        mark = "PASS" if holds else "n/a " if holds is None else "FAIL"
+        lines.append(f"- {mark} {name}: {figures}")
+    report = "\n".join(lines)
+    print(report)
+    if args.markdown:
+        args.markdown.write_text(report + "\n", encoding="utf-8")
+    if args.json:
+        payload = {
+            "started": started.isoformat(),
+            "machine": machine(),
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "results": [asdict(r) for r in results],
+            "targets": [{"target": n, "holds": h, "figures": f} for n, h, f in checks],
+        }
+        args.json.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
