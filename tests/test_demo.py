@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,8 @@ from click.testing import CliRunner
 from triage.cli import cli
 from triage.config import load_config
 from triage.models import Layer
-from triage.pipeline import RunOptions
+from triage.pipeline import RunOptions, run_feedback
+from triage.replay import ReplayJudge
 from triage.runner import DEMO_DIR, demo
 from triage.store import Store
 
@@ -55,3 +57,33 @@ def test_demo_command_prints_the_report() -> None:
         assert f"### {layer.value} (" in out
     assert "## kubeflow/docs-agent" in out and "## kubeflow/katib" in out
     assert "&lt;script&gt;" in out and "<script>" not in out
+
+
+def test_recorded_facts_replay_to_the_same_layers_without_search_or_model(tmp_path: Path) -> None:
+    facts = tmp_path / "facts.jsonl"
+    now = datetime.now(UTC)
+    first = demo(load_config(), RunOptions(now=now, facts_file=facts), tmp_path / "demo.sqlite")
+    assert len(facts.read_text().splitlines()) == len(first.entries)
+
+    class NoSearch:
+        async def __aenter__(self) -> NoSearch:
+            raise AssertionError("a replay must not search")
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+    with Store(tmp_path / "demo.sqlite") as store:
+        judge = ReplayJudge(facts)
+        replayed = asyncio.run(
+            run_feedback(
+                backend=store,
+                judge=judge,
+                config=load_config(),
+                options=RunOptions(now=now),
+                searcher=NoSearch(),
+            )  # type: ignore[arg-type]
+        )
+    assert {(e.trace_id, e.layer, e.component) for e in replayed.entries} == {
+        (e.trace_id, e.layer, e.component) for e in first.entries
+    }
+    assert replayed.usage.calls == 0 and replayed.search_calls == 0
