@@ -33,6 +33,8 @@ def test_every_demo_trace_lands_on_its_layer_and_component(tmp_path: Path) -> No
     assert got == {t: (row["layer"], row["component"]) for t, row in want.items()}
     assert {layer.value for layer in Layer} == {layer for layer, _ in got.values()}
     assert result.skipped == [] and result.exit_code == 0
+    # only the trace whose comment tries to steer the judge is flagged, and it still lands honestly
+    assert [e.trace_id for e in result.entries if e.injection_suspected] == ["demo-gen-hostile-medianstop"]
 
 
 def test_demo_twice_with_write_second_run_triages_and_writes_nothing(tmp_path: Path) -> None:
@@ -57,6 +59,7 @@ def test_demo_command_prints_the_report() -> None:
         assert f"### {layer.value} (" in out
     assert "## kubeflow/docs-agent" in out and "## kubeflow/katib" in out
     assert "&lt;script&gt;" in out and "<script>" not in out
+    assert out.count("warning: the trace or the comment contains text that tries to instruct the judge") == 1
 
 
 def test_recorded_facts_replay_to_the_same_layers_without_search_or_model(tmp_path: Path) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import prompts
 from .heuristic import specifics
 from .interfaces import Judge
 from .models import Evidence, Facts, Passage, Trace, Usage
@@ -49,19 +48,7 @@ class CascadeJudge:
         self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
     ) -> Facts:
         cheap = await self.cheap.judge(trace, research, comment, base)
-        findings = prompts.injection_findings(
-            [
-                ("question", trace.question),
-                ("comment", comment),
-                ("answer", trace.answer),
-                *(
-                    (f"passage {p.id}", f"{p.title or ''}\n{p.text}")
-                    for p in [*trace.passages, *(research or [])]
-                ),
-                *((f"tool output T{n}", c.output) for n, c in enumerate(trace.tool_calls, start=1)),
-            ]
-        )
-        flagged = _flag(cheap, findings)
+        flagged = cheap  # the cheap judge has already run the injection detector
         if not base.agent_searched:
             self.routes["cheap"] += 1
             return flagged
@@ -95,7 +82,7 @@ class CascadeJudge:
             )
         self.routes["model"] += 1
         judged = await self.model.judge(trace, research, comment, base)
-        return _flag(judged, findings)
+        return judged  # the model judge runs the same detector
 
     @staticmethod
     def grounding_decided(trace: Trace, cheap: Facts) -> str | None:
@@ -105,14 +92,3 @@ class CascadeJudge:
         if cheap.answer_declined and cheap.answer_grounded and not specifics(trace.answer):
             return "a decline phrase and no specifics"
         return None
-
-
-def _flag(facts: Facts, findings: list[str]) -> Facts:
-    if not findings:
-        return facts
-    note = "; ".join(findings)[:1000]
-    old = facts.evidence.get("injection_suspected")
-    if old and old.note:
-        note = f"{note}; {old.note}"[:1000]
-    evidence = {**facts.evidence, "injection_suspected": Evidence(confidence="high", note=note)}
-    return facts.model_copy(update={"injection_suspected": True, "evidence": evidence})

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from . import prompts
 from .models import Evidence, Facts, Passage, Trace, Usage
 
 COVERAGE_THRESHOLD = 0.7
@@ -188,7 +189,7 @@ class HeuristicJudge:
                 passage_ids=[sig.research_best.id] if sig.research_best else [],
                 note=f"best key-term coverage {sig.research_coverage:.2f}",
             )
-        return base.model_copy(
+        facts = base.model_copy(
             update={
                 "retrieved_has_answer": retrieved,
                 "index_has_answer": True if retrieved else in_index,
@@ -200,3 +201,4 @@ class HeuristicJudge:
                 "evidence": evidence,
             }
         )
+        return prompts.flag(facts, prompts.trace_findings(trace, research, comment))

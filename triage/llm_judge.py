@@ -415,16 +415,7 @@ class LLMJudge:
         """`base` completed with the judged facts. With `grounding=False` (or no search call) call B
         is not made and `answer_grounded`/`answer_declined` stay unestablished."""
         usage = self.usage_by_trace.setdefault(trace.id, Usage())
-        findings = prompts.injection_findings(
-            [
-                ("question", trace.question),
-                ("comment", comment),
-                ("answer", trace.answer),
-                *((f"passage {p.id}", f"{p.title or ''}\n{p.text}") for p in trace.passages),
-                *((f"passage {p.id}", f"{p.title or ''}\n{p.text}") for p in research or []),
-                *((f"tool output T{n}", c.output) for n, c in enumerate(trace.tool_calls, start=1)),
-            ]
-        )
+        findings = prompts.trace_findings(trace, research, comment)
         try:
             # both calls at once (half the latency per trace); one failing cancels the other
             async with asyncio.TaskGroup() as group:

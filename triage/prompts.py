@@ -28,6 +28,7 @@ from typing import Any
 import jinja2
 
 from .errors import ConfigError
+from .models import Evidence, Facts, Passage, Trace
 
 _VERSION_LINE = re.compile(r"^\{#-?\s*version:\s*([\w.-]+)\s*-?#\}")
 
@@ -228,3 +229,31 @@ def injection_findings(fields: Iterable[tuple[str, str | None]]) -> list[str]:
             if pattern.search(visible):
                 found.append(f"{field}: {label}")
     return list(dict.fromkeys(found))
+
+
+def trace_findings(trace: Trace, research: Sequence[Passage] | None, comment: str | None) -> list[str]:
+    """`injection_findings` over every piece of untrusted text a trace carries."""
+    return injection_findings(
+        [
+            ("question", trace.question),
+            ("comment", comment),
+            ("answer", trace.answer),
+            *(
+                (f"passage {p.id}", f"{p.title or ''}\n{p.text}")
+                for p in [*trace.passages, *(research or [])]
+            ),
+            *((f"tool output T{n}", c.output) for n, c in enumerate(trace.tool_calls, start=1)),
+        ]
+    )
+
+
+def flag(facts: Facts, findings: list[str]) -> Facts:
+    """`facts` marked `injection_suspected`, with the findings as the evidence note."""
+    if not findings:
+        return facts
+    note = "; ".join(findings)[:1000]
+    old = facts.evidence.get("injection_suspected")
+    if old and old.note:
+        note = f"{note}; {old.note}"[:1000]
+    evidence = {**facts.evidence, "injection_suspected": Evidence(confidence="high", note=note)}
+    return facts.model_copy(update={"injection_suspected": True, "evidence": evidence})

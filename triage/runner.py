@@ -80,7 +80,7 @@ def make_judge(spec: str | None, settings: Settings, config: TriageConfig) -> Ju
     if spec.startswith("replay:"):
         from .replay import ReplayJudge
 
-        return ReplayJudge(Path(spec.removeprefix("replay:")))
+        return ReplayJudge(Path(spec.removeprefix("replay:")), collections=config.collections)
     if spec in ("llm", "cascade"):
         if not settings.triage_judge_model:
             raise ConfigError(f"--judge {spec} needs a model: set TRIAGE_JUDGE_MODEL (and OPENAI_API_KEY)")
@@ -97,6 +97,7 @@ def make_judge(spec: str | None, settings: Settings, config: TriageConfig) -> Ju
             client=client,
             model=settings.triage_judge_model,
             components=config.components,
+            default_component=config.agent.default_component,
             concurrency=config.judge.concurrency,
         )
         if spec == "llm":
