@@ -22,6 +22,7 @@ from typing import IO
 
 from .config import TriageConfig
 from .errors import ConfigError, InputError, JudgeError, JudgeRejected, SearchError, SourceError
+from .heuristic import HeuristicJudge
 from .interfaces import Backend, Judge, Searcher
 from .models import Facts, Layer, Observation, Passage, ScoreWrite, Trace, Undecided, Usage, Verdict, Vote
 from .ownership import component_from_sources, find_component, owners
@@ -216,6 +217,7 @@ class _Run:
             facts_out,
         )
         self.judge_gate = asyncio.Semaphore(options.concurrency)
+        self.cheap_judge = HeuristicJudge()
 
     def skip(
         self, votes: Sequence[Vote], trace_id: str | None, kind: str, reason: str, question: str | None = None
@@ -246,8 +248,11 @@ class _Run:
                     research = await self.researcher.research(trace, comment)
                 except SearchError as ex:
                     search_problem = str(ex)
+            # the trace alone proves the layer when the agent never searched: no model is asked,
+            # only the free checks run (invented specifics, decline phrases, injection)
+            judge = self.judge if trace.searched else self.cheap_judge
             try:
-                facts = await self.judge.judge(trace, research, comment, base)
+                facts = await judge.judge(trace, research, comment, base)
             except JudgeRejected as ex:
                 self.skip(votes, trace.id, "rejected", f"judge output rejected: {ex}", trace.question)
                 return None

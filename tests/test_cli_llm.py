@@ -1,0 +1,75 @@
+"""`triage feedback` through the real openai client against a local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from openai_server import OpenAIServer, keyword_responder
+from triage.cli import cli
+from triage.runner import DEMO_DIR, demo_shift
+from triage.store import Store
+
+SECRET = "sk-test-0123456789abcdef"
+
+
+@pytest.fixture
+def demo_store(tmp_path: Path) -> Path:
+    path = tmp_path / "store.sqlite"
+    traces = DEMO_DIR / "traces.jsonl"
+    with Store(path) as store:
+        store.import_file(traces, shift=demo_shift(traces, datetime.now(UTC)))
+    return path
+
+
+@pytest.mark.parametrize("judge", ["llm", "cascade"])
+def test_feedback_with_a_model_judge_end_to_end(demo_store: Path, judge: str) -> None:
+    with OpenAIServer(responder=keyword_responder) as server:
+        env = {
+            "TRIAGE_STORE": str(demo_store),
+            "OPENAI_BASE_URL": f"{server.url}/v1",
+            "OPENAI_API_KEY": SECRET,
+            "TRIAGE_JUDGE_MODEL": "judge-model-1",
+        }
+        result = CliRunner().invoke(
+            cli, ["feedback", "--report", "--write", "--judge", judge], env=env, catch_exceptions=False
+        )
+        calls = server.calls
+        auth = {r.headers.get("authorization") for r in server.requests}
+    assert result.exit_code == 0, result.stderr
+    assert calls > 0
+    assert auth == {f"Bearer {SECRET}"}
+    out, err = result.stdout, result.stderr
+    assert "29 thumbs-down: 29 triaged, 0 not triaged" in out
+    assert f"judge {judge}" in err and f"{calls} calls" in err
+    assert SECRET not in out and SECRET not in err
+    with Store(demo_store) as store:
+        rows = store.scores_named("triage_layer")
+    assert len(rows) == 29
+    assert all("judge-model-1" in r["metadata"] for r in rows)  # the judge is stored with every score
+    # a rerun of the same window makes no model call
+    with OpenAIServer(responder=keyword_responder) as server:
+        env["OPENAI_BASE_URL"] = f"{server.url}/v1"
+        again = CliRunner().invoke(
+            cli, ["feedback", "--write", "--judge", judge], env=env, catch_exceptions=False
+        )
+        assert again.exit_code == 0 and server.calls == 0
+
+
+def test_judge_down_degrades_the_run(demo_store: Path) -> None:
+    env = {
+        "TRIAGE_STORE": str(demo_store),
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",  # nothing listens on the discard port
+        "OPENAI_API_KEY": SECRET,
+        "TRIAGE_JUDGE_MODEL": "judge-model-1",
+    }
+    result = CliRunner().invoke(
+        cli, ["feedback", "--report", "--judge", "llm"], env=env, catch_exceptions=False
+    )
+    assert result.exit_code == 4
+    # traces with no search call need no model: they are still triaged
+    assert "### agent_skipped_retrieval (4)" in result.stdout
+    assert "judge unavailable" in result.stdout
