@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from openai_server import OpenAIServer, keyword_responder
+
 from triage.cli import cli
 from triage.runner import DEMO_DIR, demo_shift
 from triage.store import Store
