@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import pydantic
@@ -434,7 +435,9 @@ class LangfuseBackend:
             body = self._call(
                 what,
                 lambda: self._raw(
-                    "GET", f"api/public/traces/{trace_id}", params={"fields": "core,io,observations"}
+                    "GET",
+                    f"api/public/traces/{quote(trace_id, safe='')}",
+                    params={"fields": "core,io,observations"},
                 ),
             )
         except _HttpStatus as ex:
@@ -645,7 +648,7 @@ class LangfuseBackend:
             self._project_fetched = True
         if self._project_id is None:
             return None
-        return f"{self.base_url}/project/{self._project_id}/traces/{trace_id}"
+        return f"{self.base_url}/project/{quote(self._project_id, safe='')}/traces/{quote(trace_id, safe='')}"
 
 
 # ---------------------------------------------------------------------- mapping helpers
