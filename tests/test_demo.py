@@ -90,3 +90,12 @@ def test_recorded_facts_replay_to_the_same_layers_without_search_or_model(tmp_pa
         (e.trace_id, e.layer, e.component) for e in first.entries
     }
     assert replayed.usage.calls == 0 and replayed.search_calls == 0
+
+
+def test_readme_shows_what_the_demo_prints() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    out = CliRunner().invoke(cli, ["demo"], catch_exceptions=False, prog_name="triage").stdout
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    assert table and all(line in readme for line in table), "README's demo output is stale: rerun `triage demo`"
+    entries = [line for line in out.splitlines() if line.startswith(("- **", "  - component"))]
+    assert all(line in readme for line in entries)
