@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
@@ -81,6 +82,7 @@ class TriageRun:
     judge_tokens: int
     triaged: int  # traces with both triage scores in the stand-in after the run
     standin_cpu: float  # CPU the benchmark process (the stand-ins) spent during the run
+    mcp_cpu: float  # CPU the MCP search server spent during the run
     summary: list[str] = field(default_factory=list)
 
 
@@ -187,6 +189,14 @@ class McpServer:
                 time.sleep(0.1)
         raise SystemExit("`triage index serve` did not start listening within 60 s")
 
+    def cpu(self) -> float:
+        """User + system CPU seconds the server has used so far (Linux /proc)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -248,17 +258,33 @@ def _triaged(langfuse: LangfuseStandIn, layer: str, component: str) -> int:
     return sum(1 for found in names.values() if len(found) == 2)
 
 
+LOGS: Path | None = None
+PROFILE: Path | None = None  # --profile: run triage under py-spy, collapsed stacks here
+TRIAGE = [sys.executable, "-m", "triage"]  # --triage-cmd: another build or entry point
+
+
+def _keep(name: str, proc: Proc) -> None:
+    if LOGS is not None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        (LOGS / f"{name}.log").write_text(proc.stderr + proc.stdout, encoding="utf-8")
+
+
 def run_triage(
-    langfuse: LangfuseStandIn, model: BenchModel, env: dict[str, str], concurrency: int, timeout: float
+    langfuse: LangfuseStandIn,
+    mcp: McpServer,
+    model: BenchModel,
+    env: dict[str, str],
+    concurrency: int,
+    timeout: float,
+    log_name: str,
 ) -> TriageRun:
     config = load_config(None)
     langfuse.reset_log()
     before = model.stats.snapshot()
     cpu_before = time.process_time()
+    mcp_before = mcp.cpu()
     cmd = [
-        sys.executable,
-        "-m",
-        "triage",
+        *TRIAGE,
         "feedback",
         "--since-hours",
         "24",
@@ -270,8 +296,14 @@ def run_triage(
         "--log-format",
         "json",
     ]
+    if PROFILE is not None:
+        PROFILE.mkdir(parents=True, exist_ok=True)
+        spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw", "--rate", "200"]
+        cmd = [*spy, "--output", str(PROFILE / f"{log_name}.txt"), "--", *cmd]
     proc = run_process(cmd, env, timeout)
     standin_cpu = time.process_time() - cpu_before
+    mcp_cpu = mcp.cpu() - mcp_before
+    _keep(log_name, proc)
     used: Stats = model.stats.minus(before)
     count, by_path, throttled = _requests(langfuse)
     lines, core = _summary(proc.stderr)
@@ -291,6 +323,7 @@ def run_triage(
         judge_tokens=used.prompt_tokens + used.completion_tokens,
         triaged=_triaged(langfuse, config.scores.layer, config.scores.component),
         standin_cpu=standin_cpu,
+        mcp_cpu=mcp_cpu,
         summary=lines,
     )
 
@@ -303,6 +336,7 @@ def run_batched(
     concurrency: int,
     fetch_batch_size: int,
     timeout: float,
+    log_name: str,
 ) -> BatchedRun:
     langfuse.reset_log()
     before = model.stats.snapshot()
@@ -320,6 +354,7 @@ def run_batched(
     ]
     proc = run_process(cmd, env, timeout)
     standin_cpu = time.process_time() - cpu_before
+    _keep(log_name, proc)
     used = model.stats.minus(before)
     count, by_path, throttled = _requests(langfuse)
     landed = sum(1 for r in langfuse.score_rows(include_pending=True) if r["name"] == "batch_triage_layer")
@@ -365,7 +400,7 @@ def bench_size(
     factory: TraceFactory,
     judge: OpenAIServer,
     model: BenchModel,
-    mcp_url: str,
+    mcp: McpServer,
     args: argparse.Namespace,
     store: Path,
 ) -> SizeResult:
@@ -381,13 +416,13 @@ def bench_size(
     del records
     timeout = max(600.0, n * 2.0)
     with langfuse:
-        env = _env(langfuse, judge, mcp_url, store)
+        env = _env(langfuse, judge, mcp.url, store)
         print(f"N={n}: triage feedback ...", file=sys.stderr)
-        first = run_triage(langfuse, model, env, args.concurrency, timeout)
+        first = run_triage(langfuse, mcp, model, env, args.concurrency, timeout, f"triage-{n}")
         print(f"  {first.wall:.1f} s, {first.judge_calls} judge calls, exit {first.code}", file=sys.stderr)
         judge.requests.clear()  # the server's own request record: not needed, and it grows
         print(f"N={n}: rerun ...", file=sys.stderr)
-        rerun = run_triage(langfuse, model, env, args.concurrency, timeout)
+        rerun = run_triage(langfuse, mcp, model, env, args.concurrency, timeout, f"rerun-{n}")
         print(f"  {rerun.wall:.1f} s, {rerun.judge_calls} judge calls, exit {rerun.code}", file=sys.stderr)
         batched = []
         settings = {"default": (5, 50), "equal": (args.concurrency, 50)}
@@ -396,7 +431,9 @@ def bench_size(
             print(
                 f"N={n}: run_batched_evaluation ({setting}: concurrency {concurrency}) ...", file=sys.stderr
             )
-            run = run_batched(langfuse, model, env, setting, concurrency, page, timeout)
+            run = run_batched(
+                langfuse, model, env, setting, concurrency, page, timeout, f"batched-{setting}-{n}"
+            )
             judge.requests.clear()
             print(f"  {run.wall:.1f} s, {run.judge_calls} judge calls, exit {run.code}", file=sys.stderr)
             batched.append(run)
@@ -441,11 +478,12 @@ def tables(results: list[SizeResult], args: argparse.Namespace) -> str:
         for r in results:
             for b in r.batched:
                 its_ideal = b.judge_calls * args.judge_latency / b.concurrency
+                request_ratio = r.first.langfuse_requests / max(b.langfuse_requests, 1)
                 out.append(
                     f"| {r.n} | {b.setting} (concurrency {b.concurrency}, pages of {b.fetch_batch_size}) "
                     f"| {_f(b.wall)} | {_f(b.wall / its_ideal, 2) if its_ideal else '-'} "
                     f"| {b.langfuse_requests} | {b.judge_calls} | {b.scores_landed}/{r.n} | {_f(b.rss_mb, 0)} "
-                    f"| {_f(r.first.wall / b.wall, 2)} | {_f(r.first.langfuse_requests / max(b.langfuse_requests, 1), 2)} |"
+                    f"| {_f(r.first.wall / b.wall, 2)} | {_f(request_ratio, 2)} |"
                 )
     return "\n".join(out)
 
@@ -559,11 +597,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--markdown", type=Path, help="also write the tables and targets here")
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--logs", type=Path, help="keep each run's log (stderr) in this folder")
+    parser.add_argument(
+        "--triage-cmd", help="the command that runs triage (default: this Python's -m triage)", default=None
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="run triage under py-spy; collapsed stacks in this folder"
+    )
     args = parser.parse_args(argv)
     args.batched = [] if args.batched == "none" else [s for s in args.batched.split(",") if s]
     if set(args.batched) - {"default", "equal"}:
         parser.error("--batched takes default, equal (comma-separated) or none")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    global LOGS, PROFILE, TRIAGE
+    LOGS, PROFILE = args.logs, args.profile
+    if args.triage_cmd:
+        TRIAGE = shlex.split(args.triage_cmd)
 
     problem = corpus_missing(args.corpus)
     if problem:
@@ -582,9 +631,7 @@ def main(argv: list[str] | None = None) -> int:
             tempfile.TemporaryDirectory() as tmp,
         ):
             for n in sizes:
-                results.append(
-                    bench_size(n, factory, judge, model, mcp.url, args, Path(tmp) / "store.sqlite")
-                )
+                results.append(bench_size(n, factory, judge, model, mcp, args, Path(tmp) / "store.sqlite"))
     finally:
         mcp.stop()
 
