@@ -325,3 +325,30 @@ def test_usage_and_requests_are_reported(index: Index) -> None:
         result = run(store, index)
     assert result.usage == Usage()  # the offline judge calls no model
     assert result.search_calls > 0
+
+
+class BuggyJudge(HeuristicJudge):
+    async def judge(
+        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
+    ) -> Facts:
+        if trace.id == "ok":
+            raise KeyError("a bug")
+        return await super().judge(trace, research, comment, base)
+
+
+def test_an_internal_error_on_one_trace_costs_only_that_trace(index: Index) -> None:
+    with Store(":memory:") as store:
+        store.import_lines(rows(), "test")
+        result = asyncio.run(
+            run_feedback(
+                backend=store,
+                judge=BuggyJudge(),
+                config=load_config(),
+                options=RunOptions(now=NOW, write=True),
+                searcher=LocalSearcher(index),
+            )
+        )
+        assert len(store.scores_named("triage_layer")) == len(EXPECTED) - 1
+    [skipped] = result.skipped
+    assert skipped.undecided.kind == "error" and "KeyError" in skipped.undecided.reason
+    assert result.exit_code == 1

@@ -179,7 +179,7 @@ class Verdict(_Own):
     prompt_version: str | None = None
 
 
-UndecidedKind = Literal["unavailable", "rejected", "bad_input", "pending", "not_written"]
+UndecidedKind = Literal["unavailable", "rejected", "bad_input", "pending", "not_written", "error"]
 
 
 class Undecided(_Own):

@@ -33,7 +33,7 @@ from .search import Researcher
 
 log = logging.getLogger("triage")
 
-EXIT_OK, EXIT_DEGRADED, EXIT_NOT_WRITTEN = 0, 4, 5
+EXIT_OK, EXIT_ERROR, EXIT_DEGRADED, EXIT_NOT_WRITTEN = 0, 1, 4, 5
 QUESTION_CHARS = 160
 
 
@@ -131,7 +131,10 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """0 done; 5 some scores not confirmed as written; 4 some traces undecided for a retryable reason."""
+        """0 done; 1 an internal error on some trace; 5 some scores not confirmed as written;
+        4 some traces undecided for a retryable reason."""
+        if any(s.undecided.kind == "error" for s in self.skipped):
+            return EXIT_ERROR
         if self.not_written:
             return EXIT_NOT_WRITTEN
         if self.degraded:
@@ -487,7 +490,17 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
     async def work() -> None:
         while (item := await traces.get()) is not None:
             trace, votes = item
-            outcome = await run.triage_one(trace, votes)
+            try:
+                outcome = await run.triage_one(trace, votes)
+            except ConfigError:
+                raise  # refused credentials fail every trace alike: end the run (exit 3)
+            except Exception as ex:
+                # a bug must not cost the other traces their triage: list this one, go on
+                log.exception("internal error on trace %s", trace.id, extra={"event": "error"})
+                run.skip(
+                    votes, trace.id, "error", f"internal error: {type(ex).__name__}: {ex}", trace.question
+                )
+                outcome = None
             if outcome is not None:
                 entry, writes = outcome
                 result.entries.append(entry)
