@@ -243,26 +243,38 @@ def test_search_down_leaves_only_search_dependent_traces_undecided() -> None:
     assert result.exit_code == 4
 
 
-class BrokenJudge(HeuristicJudge):
+class FailingJudge(HeuristicJudge):
+    """The offline judge, except that it raises `error` on one trace."""
+
+    def __init__(self, trace_id: str, error: Exception) -> None:
+        super().__init__()
+        self.trace_id, self.error = trace_id, error
+
     async def judge(
         self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
     ) -> Facts:
-        if trace.id == "gen":
-            raise JudgeError("model endpoint returned 503 three times")
+        if trace.id == self.trace_id:
+            raise self.error
         return await super().judge(trace, research, comment, base)
+
+
+def run_with(store: Store, index: Index, judge: HeuristicJudge, **options: object) -> RunResult:
+    return asyncio.run(
+        run_feedback(
+            backend=store,
+            judge=judge,
+            config=load_config(),
+            options=RunOptions(now=NOW, **options),  # type: ignore[arg-type]
+            searcher=LocalSearcher(index),
+        )
+    )
 
 
 def test_judge_failure_is_listed_and_degrades_the_run(index: Index) -> None:
     with Store(":memory:") as store:
         store.import_lines(rows(), "test")
-        result = asyncio.run(
-            run_feedback(
-                backend=store,
-                judge=BrokenJudge(),
-                config=load_config(),
-                options=RunOptions(now=NOW),
-                searcher=LocalSearcher(index),
-            )
+        result = run_with(
+            store, index, FailingJudge("gen", JudgeError("model endpoint returned 503 three times"))
         )
     assert "gen" not in {e.trace_id for e in result.entries}
     [skipped] = result.skipped
@@ -327,27 +339,10 @@ def test_usage_and_requests_are_reported(index: Index) -> None:
     assert result.search_calls > 0
 
 
-class BuggyJudge(HeuristicJudge):
-    async def judge(
-        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
-    ) -> Facts:
-        if trace.id == "ok":
-            raise KeyError("a bug")
-        return await super().judge(trace, research, comment, base)
-
-
 def test_an_internal_error_on_one_trace_costs_only_that_trace(index: Index) -> None:
     with Store(":memory:") as store:
         store.import_lines(rows(), "test")
-        result = asyncio.run(
-            run_feedback(
-                backend=store,
-                judge=BuggyJudge(),
-                config=load_config(),
-                options=RunOptions(now=NOW, write=True),
-                searcher=LocalSearcher(index),
-            )
-        )
+        result = run_with(store, index, FailingJudge("ok", KeyError("a bug")), write=True)
         assert len(store.scores_named("triage_layer")) == len(EXPECTED) - 1
     [skipped] = result.skipped
     assert skipped.undecided.kind == "error" and "KeyError" in skipped.undecided.reason
