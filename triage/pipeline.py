@@ -11,10 +11,11 @@ import asyncio
 import hashlib
 import json
 import logging
+import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -221,6 +222,8 @@ class _Run:
         )
         self.judge_gate = asyncio.Semaphore(options.concurrency)
         self.cheap_judge = HeuristicJudge()
+        #: set on SIGTERM: traces in flight finish and are written, the rest are listed, not started
+        self.stop = asyncio.Event()
 
     def skip(
         self, votes: Sequence[Vote], trace_id: str | None, kind: str, reason: str, question: str | None = None
@@ -443,7 +446,8 @@ async def run_feedback(
                 len(trace_ids),
                 extra={"event": "plan", "to_triage": len(trace_ids)},
             )
-            await _stream(run, by_trace, trace_ids)
+            with _stop_on_sigterm(run.stop):
+                await _stream(run, by_trace, trace_ids)
             result.search_calls = researcher.calls if researcher else 0
     finally:
         if facts_out:
@@ -452,6 +456,26 @@ async def run_feedback(
     result.requests = backend.request_count
     result.elapsed = time.monotonic() - started
     return result
+
+
+@contextmanager
+def _stop_on_sigterm(stop: asyncio.Event) -> Iterator[None]:
+    """Kubernetes sends SIGTERM before it kills a Pod: finish what is in flight, write it, report."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGTERM, _on_sigterm, stop)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _on_sigterm(stop: asyncio.Event) -> None:
+    log.warning("SIGTERM: finishing the traces in flight, listing the rest", extra={"event": "sigterm"})
+    stop.set()
 
 
 async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[str]) -> None:
@@ -464,9 +488,15 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
         # trace_url may make its one request (the project id) on first use: keep it off the event loop
         return backend.observations(chunk), {t: backend.trace_url(t) for t in chunk}
 
+    stopped = "the run was stopped (SIGTERM) before this trace was triaged"
+
     async def produce() -> None:
         for i in range(0, len(trace_ids), options.batch_size):
             chunk = trace_ids[i : i + options.batch_size]
+            if run.stop.is_set():
+                for trace_id in chunk:
+                    run.skip(by_trace[trace_id], trace_id, "unavailable", stopped)
+                continue
             try:
                 found, urls = await asyncio.to_thread(read, chunk)
             except ConfigError:
@@ -490,6 +520,9 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
     async def work() -> None:
         while (item := await traces.get()) is not None:
             trace, votes = item
+            if run.stop.is_set():
+                run.skip(votes, trace.id, "unavailable", stopped, trace.question)
+                continue
             try:
                 outcome = await run.triage_one(trace, votes)
             except ConfigError:
