@@ -146,26 +146,59 @@ def _default_url(folder: IndexFolder, rel: str) -> str:
     return f"file://{(Path(folder.path) / rel).resolve()}"
 
 
+# question words that carry no topic; dropped from queries (unless nothing else is left)
+STOPWORDS = frozenset(
+    """a an and are as at be but by can could do does did for from have has how i if in into is it its me my
+    of on or our should so that the their then there these this to use using was we what when where which
+    while who why will with would you your""".split()
+)
+
+
 def fts_query(text: str) -> str:
     """An FTS5 OR-query of the words of `text` (quoted, so user text is never FTS syntax)."""
-    words = dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1)
-    return " OR ".join(f'"{w}"' for w in words)
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1))
+    topical = [w for w in words if w not in STOPWORDS]
+    return " OR ".join(f'"{w}"' for w in topical or words)
+
+
+def path_words(chunk_id: str) -> str:
+    """The words of a chunk's file path ("docs:components/katib/user-guides/early-stopping.md#2" ->
+    "components katib user guides early stopping"): pages are often named for what they answer."""
+    rel = chunk_id.split(":", 1)[-1].rsplit("#", 1)[0]
+    words = re.findall(r"[A-Za-z0-9]+", re.sub(r"\.(md|markdown|ya?ml)$", "", rel))
+    return " ".join(w for w in words if w.lower() not in {"index", "v1beta1", "examples"})
 
 
 class Index:
     """An in-memory FTS5 index over chunks. Thread-safe for concurrent searches."""
 
-    def __init__(self, chunks: Iterable[Chunk]) -> None:
+    #: BM25 weights of the title (page title > heading), the file path's words, and the text;
+    #: chosen on bench/questions.jsonl (see bench/README.md)
+    WEIGHTS = (2.0, 2.0, 1.0)
+
+    def __init__(self, chunks: Iterable[Chunk], *, weights: tuple[float, float, float] | None = None) -> None:
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
         self._lock = threading.Lock()
+        self._weights = weights or self.WEIGHTS
         self._db.execute(
             "CREATE VIRTUAL TABLE chunks USING fts5("
-            "id UNINDEXED, collection UNINDEXED, source_url UNINDEXED, attrs UNINDEXED, title, text, "
+            "id UNINDEXED, collection UNINDEXED, source_url UNINDEXED, attrs UNINDEXED, title, path, text, "
             "tokenize='porter unicode61')"
         )
         self._db.executemany(
-            "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?)",
-            ((c.id, c.collection, c.source_url, json.dumps(dict(c.attrs)), c.title, c.text) for c in chunks),
+            "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                (
+                    c.id,
+                    c.collection,
+                    c.source_url,
+                    json.dumps(dict(c.attrs)),
+                    c.title,
+                    path_words(c.id),
+                    c.text,
+                )
+                for c in chunks
+            ),
         )
         self.collections: list[str] = [
             row[0] for row in self._db.execute("SELECT DISTINCT collection FROM chunks ORDER BY 1")
@@ -184,9 +217,10 @@ class Index:
         match = fts_query(query)
         if not match:
             return []
+        weights = ", ".join(str(float(w)) for w in self._weights)  # title, path, text
         sql = (
-            # title matches weigh more than body matches; bm25() is lower-is-better
-            "SELECT id, source_url, title, text, bm25(chunks, 0, 0, 0, 0, 2.0, 1.0) AS rank "
+            # title and path matches weigh more than body matches; bm25() is lower-is-better
+            f"SELECT id, source_url, title, text, bm25(chunks, 0, 0, 0, 0, {weights}) AS rank "
             "FROM chunks WHERE chunks MATCH ? AND collection = ?"
         )
         args: list[object] = [match, collection]
