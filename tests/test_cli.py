@@ -166,3 +166,9 @@ def test_json_logs_are_one_object_per_line() -> None:
     events = [json.loads(line) for line in err.splitlines()]
     assert {"start", "plan", "summary"} <= {e.get("event") for e in events}
     assert all({"time", "level", "message"} <= set(e) for e in events)
+
+
+def test_empty_settings_count_as_unset() -> None:
+    code, _, err = invoke("feedback", env={"TRIAGE_CONFIG": "", "TRIAGE_MCP_URL": "", "TRIAGE_JUDGE_MODEL": ""})
+    assert code == 0, err
+    assert "judge heuristic" in err

@@ -8,17 +8,14 @@ after a configured tool, or OpenAI-style tool-call messages), and the passages t
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import InputError
 from .models import Observation, Passage, ToolCall, Trace
+from .passages import is_error_text, passages_from_output
 
 _TEXT_KEYS = ("content", "text", "output", "input", "answer", "question", "query", "message", "result")
-_SOURCE_LINE = re.compile(r"^\*\*Source:\*\*\s*<?(\S+?)>?\s*$", re.MULTILINE)
-_RESULT_HEADING = re.compile(r"^#{2,4}\s*Result\s+\d+.*$", re.MULTILINE)
-_SEARCH_FAILED = ("Search failed:", "Search rejected:")
 
 
 def parse_raw(raw: Any) -> Any:
@@ -109,7 +106,7 @@ def _tool_output(value: Any) -> tuple[str, list[dict[str, Any]], bool]:
         text = _parts_text(value) or ""
     else:
         text = "" if value is None else str(value)
-    if text.lstrip().startswith(_SEARCH_FAILED):
+    if is_error_text(text):
         is_error = True
     return text, citations, is_error
 
@@ -125,43 +122,6 @@ def _tool_args(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     return {"query": value if isinstance(value, str) else json.dumps(value)}
-
-
-def passages_from_output(
-    text: str, citations: Sequence[Mapping[str, Any]], collection: str | None
-) -> list[Passage]:
-    """Passages of one search output: structured citations first, else `**Source:**` Markdown blocks.
-
-    Ids are left empty here; `read_trace` numbers them R1..Rn across the trace.
-    """
-    found: list[Passage] = []
-    for cite in citations:
-        body = next(
-            (cite[k] for k in ("text", "content", "snippet", "chunk") if isinstance(cite.get(k), str)), ""
-        )
-        title = cite.get("title") or cite.get("section")
-        found.append(
-            Passage(
-                id="",
-                source_url=cite.get("url"),
-                collection=collection,
-                title=title if isinstance(title, str) else None,
-                text=body or (title if isinstance(title, str) else "") or "",
-                score=cite.get("score") if isinstance(cite.get("score"), (int, float)) else None,
-            )
-        )
-    if found:
-        return found
-    for block in re.split(r"^\s*---\s*$", text, flags=re.MULTILINE):
-        source = _SOURCE_LINE.search(block)
-        if not source:
-            continue
-        heading = _RESULT_HEADING.search(block)
-        body = _SOURCE_LINE.sub("", block)
-        if heading:
-            body = body.replace(heading.group(0), "", 1)
-        found.append(Passage(id="", source_url=source.group(1), collection=collection, text=body.strip()))
-    return found
 
 
 def _calls_from_messages(
@@ -245,7 +205,8 @@ def read_trace(
     passages: list[Passage] = []
     for call, citations in raw_calls:
         if call.is_search and not call.error:
-            for passage in passages_from_output(call.output, citations, call.collection):
+            structured = {"citations": citations} if citations else None
+            for passage in passages_from_output(call.output, structured, call.collection):
                 passages.append(passage.model_copy(update={"id": f"R{len(passages) + 1}"}))
     return Trace(
         id=trace_id,

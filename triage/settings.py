@@ -15,7 +15,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """Every environment variable triage reads. See the README's "Settings" table."""
 
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
+    # an empty variable (as a ConfigMap may leave it) means unset
+    model_config = SettingsConfigDict(
+        extra="ignore", case_sensitive=False, populate_by_name=True, env_ignore_empty=True
+    )
 
     langfuse_public_key: str | None = None
     langfuse_secret_key: SecretStr | None = None
