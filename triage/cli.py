@@ -37,7 +37,7 @@ class TriageClickError(click.ClickException):
 
     def __init__(self, error: TriageError) -> None:
         super().__init__(str(error))
-        self.exit_code = error.exit_code
+        self.exit_code = error.exit_code  # type: ignore[misc]  # click's class default is 1
 
 
 def handle_errors(func: F) -> F:
@@ -88,16 +88,16 @@ def parse_shard(value: str | None, settings: Settings) -> Shard:
         return Shard(index, count)
     if settings.job_completion_index is None:
         return Shard()
-    count = settings.triage_shard_count
-    if count is None:
+    shard_count = settings.triage_shard_count
+    if shard_count is None:
         raise ConfigError(
             "JOB_COMPLETION_INDEX is set but TRIAGE_SHARD_COUNT is not: set it to the Job's completions"
         )
-    if settings.job_completion_index >= count:
+    if settings.job_completion_index >= shard_count:
         raise ConfigError(
-            f"JOB_COMPLETION_INDEX {settings.job_completion_index} >= TRIAGE_SHARD_COUNT {count}"
+            f"JOB_COMPLETION_INDEX {settings.job_completion_index} >= TRIAGE_SHARD_COUNT {shard_count}"
         )
-    return Shard(settings.job_completion_index, count)
+    return Shard(settings.job_completion_index, shard_count)
 
 
 def finish(result: RunResult, report: bool, report_file: Path | None) -> None:

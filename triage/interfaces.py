@@ -62,7 +62,11 @@ class Judge(Protocol):
     prompt_version: str | None
     #: False for a judge that needs no re-search (a replay)
     needs_research: bool
-    usage: Usage
+
+    @property
+    def usage(self) -> Usage:
+        """Model calls and tokens spent so far."""
+        ...
 
     async def judge(
         self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts

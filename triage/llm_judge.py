@@ -428,8 +428,8 @@ class LLMJudge:
         except BaseExceptionGroup as group_error:
             raise _first_error(group_error) from None
         containment, r_set, s_set = task_a.result()
-        grounding = task_b.result() if task_b else None
-        return self._facts(base, containment, r_set, s_set, grounding, findings, research)
+        grounded_reply = task_b.result() if task_b else None
+        return self._facts(base, containment, r_set, s_set, grounded_reply, findings, research)
 
     # -- call A ---------------------------------------------------------------------------------
 

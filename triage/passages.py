@@ -142,7 +142,7 @@ def passages_from_output(text: str, structured: Any, collection: str | None) -> 
 
 def _source_blocks(text: str, prefix: str, collection: str | None) -> list[Passage]:
     """`**Source:** <url>` blocks without result headers, cut at `---` lines."""
-    found = []
+    found: list[Passage] = []
     for block in re.split(r"^\s*---\s*$", text, flags=re.MULTILINE):
         source = _SOURCE_LINE.search(block)
         if source:

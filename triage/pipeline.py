@@ -25,7 +25,19 @@ from .config import TriageConfig
 from .errors import ConfigError, InputError, JudgeError, JudgeRejected, SearchError, SourceError
 from .heuristic import HeuristicJudge
 from .interfaces import Backend, Judge, Searcher
-from .models import Facts, Layer, Observation, Passage, ScoreWrite, Trace, Undecided, Usage, Verdict, Vote
+from .models import (
+    Facts,
+    Layer,
+    Observation,
+    Passage,
+    ScoreWrite,
+    Trace,
+    Undecided,
+    UndecidedKind,
+    Usage,
+    Verdict,
+    Vote,
+)
 from .ownership import component_from_sources, find_component, owners
 from .reader import read_trace
 from .rule import Undetermined, decide, explain
@@ -226,9 +238,14 @@ class _Run:
         self.stop = asyncio.Event()
 
     def skip(
-        self, votes: Sequence[Vote], trace_id: str | None, kind: str, reason: str, question: str | None = None
+        self,
+        votes: Sequence[Vote],
+        trace_id: str | None,
+        kind: UndecidedKind,
+        reason: str,
+        question: str | None = None,
     ) -> None:
-        undecided = Undecided(vote_ids=[v.id for v in votes], trace_id=trace_id, kind=kind, reason=reason)  # type: ignore[arg-type]
+        undecided = Undecided(vote_ids=[v.id for v in votes], trace_id=trace_id, kind=kind, reason=reason)
         url = self.backend.trace_url(trace_id) if trace_id else None
         self.result.skipped.append(
             Skipped(undecided, shorten(question) if question else None, _comments(votes), url)

@@ -85,10 +85,10 @@ def extract_text(value: Any, role: str) -> str | None:
     return str(value)
 
 
-def _tool_output(value: Any) -> tuple[str, list[dict[str, Any]], bool]:
+def _tool_output(value: Any) -> tuple[str, list[Mapping[str, Any]], bool]:
     """(text, structured citations, is_error) of a logged tool output."""
     value = parse_raw(value)
-    citations: list[dict[str, Any]] = []
+    citations: list[Mapping[str, Any]] = []
     is_error = False
     if isinstance(value, Mapping):
         structured = value.get("structuredContent") or value.get("structured_content") or {}
@@ -126,7 +126,7 @@ def _tool_args(value: Any) -> dict[str, Any]:
 
 def _calls_from_messages(
     observations: Sequence[Observation], tools: Mapping[str, str]
-) -> list[tuple[ToolCall, list[dict[str, Any]]]]:
+) -> list[tuple[ToolCall, list[Mapping[str, Any]]]]:
     """Tool calls logged as OpenAI-style messages in the input of the last generation that has them."""
     for obs in sorted(observations, key=lambda o: o.start_time, reverse=True):
         if obs.type != "GENERATION":
@@ -135,8 +135,9 @@ def _calls_from_messages(
         messages = value.get("messages") if isinstance(value, Mapping) else value
         if not _is_message_list(messages):
             continue
+        assert isinstance(messages, list)  # for the type checker: _is_message_list said so
         results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
-        calls: list[tuple[ToolCall, list[dict[str, Any]]]] = []
+        calls: list[tuple[ToolCall, list[Mapping[str, Any]]]] = []
         for message in messages:
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
@@ -180,7 +181,7 @@ def read_trace(
     if answer is None:
         raise InputError(f"trace {trace_id}: no answer found in the root observation's output")
 
-    raw_calls: list[tuple[ToolCall, list[dict[str, Any]]]] = []
+    raw_calls: list[tuple[ToolCall, list[Mapping[str, Any]]]] = []
     for obs in ordered:
         if obs is root or not (obs.type == "TOOL" or (obs.name or "") in tools):
             continue
