@@ -110,12 +110,26 @@ _TAG_LOOKALIKE = re.compile(
 _NONCE_ATTR = re.compile(r"\bnonce\s*[=:]\s*[\"']?[\w-]*[\"']?", re.IGNORECASE)
 
 
+def _ascii_controls() -> re.Pattern[str]:
+    dropped = "".join(chr(c) for c in [*range(0x20), 0x7F] if chr(c) not in _KEEP_CONTROLS)
+    return re.compile(f"[{re.escape(dropped)}]")
+
+
+_ASCII_CONTROLS = _ascii_controls()
+
+
 def clean(text: str, limit: int, nonce: str | None = None) -> str:
     """Untrusted text made safe to embed: invisible characters, tag and nonce lookalikes removed,
     length capped (with a visible marker)."""
-    text = "".join(
-        ch for ch in text if ch in _KEEP_CONTROLS or unicodedata.category(ch) not in {"Cc", "Cf", "Co", "Cs"}
-    )
+    if text.isascii():
+        # the common case, and a hot path (tens of KB per trace): in ASCII only controls are invisible
+        text = _ASCII_CONTROLS.sub("", text)
+    else:
+        text = "".join(
+            ch
+            for ch in text
+            if ch in _KEEP_CONTROLS or unicodedata.category(ch) not in {"Cc", "Cf", "Co", "Cs"}
+        )
     if nonce:
         text = text.replace(nonce, "")
     text = _TAG_LOOKALIKE.sub("[tag removed]", text)
@@ -224,7 +238,7 @@ def injection_findings(fields: Iterable[tuple[str, str | None]]) -> list[str]:
         if not text:
             continue
         # invisible characters are removed first so "ign\u200bore previous instructions" still matches
-        visible = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+        visible = text if text.isascii() else "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
         for label, pattern in _INJECTION_PATTERNS:
             if pattern.search(visible):
                 found.append(f"{field}: {label}")
