@@ -11,7 +11,7 @@ import pytest
 from factories import NOW, lines, session_vote, trace_line
 
 from triage.config import IndexFolder, load_config
-from triage.errors import JudgeError, SearchError
+from triage.errors import ConfigError, JudgeError, SearchError
 from triage.heuristic import HeuristicJudge
 from triage.index import Index
 from triage.models import Facts, Passage, ScoreWrite, Trace, Usage, WriteOutcome
@@ -108,7 +108,8 @@ EXPECTED = {
 
 
 def run(store: Store, index: Index | None, **kwargs: object) -> RunResult:
-    options = RunOptions(now=NOW, concurrency=4, batch_size=3, progress_seconds=0.0, **kwargs)  # type: ignore[arg-type]
+    settings: dict[str, object] = {"concurrency": 4, "batch_size": 3, "progress_seconds": 0.0, **kwargs}
+    options = RunOptions(now=NOW, **settings)  # type: ignore[arg-type]
     judge = HeuristicJudge()
     return asyncio.run(
         run_feedback(
@@ -347,3 +348,15 @@ def test_an_internal_error_on_one_trace_costs_only_that_trace(index: Index) -> N
     [skipped] = result.skipped
     assert skipped.undecided.kind == "error" and "KeyError" in skipped.undecided.reason
     assert result.exit_code == 1
+
+
+class RefusingStore(Store):
+    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+        raise ConfigError("Langfuse refused the keys (HTTP 401): check LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY")
+
+
+def test_refused_credentials_mid_run_end_it_with_the_config_error(index: Index) -> None:
+    with RefusingStore(":memory:") as store:
+        store.import_lines(rows(), "test")
+        with pytest.raises(ConfigError, match="refused the keys"):
+            run(store, index, write=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from .config import TriageConfig
-from .errors import ConfigError, InputError, JudgeError, JudgeRejected, SearchError, SourceError
+from .errors import ConfigError, InputError, JudgeError, JudgeRejected, SearchError, SourceError, TriageError
 from .heuristic import HeuristicJudge
 from .interfaces import Backend, Judge, Searcher
 from .models import (
@@ -499,7 +499,10 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
     options, backend, result = run.options, run.backend, run.result
     progress = Progress(len(trace_ids), options.progress_seconds)
     traces: asyncio.Queue[tuple[Trace, list[Vote]] | None] = asyncio.Queue(maxsize=2 * options.batch_size)
-    scores: asyncio.Queue[tuple[Entry, list[ScoreWrite]] | None] = asyncio.Queue()
+    # bounded too: when writes lag, the judges wait instead of piling verdicts up in memory
+    scores: asyncio.Queue[tuple[Entry, list[ScoreWrite]] | None] = asyncio.Queue(
+        maxsize=2 * options.batch_size
+    )
 
     def read(chunk: list[str]) -> tuple[dict[str, list[Observation]], dict[str, str | None]]:
         # trace_url may make its one request (the project id) on first use: keep it off the event loop
@@ -591,13 +594,28 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
         if batch:
             await flush(batch)
 
-    writer = asyncio.create_task(write())
     try:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(produce())
-            for _ in range(options.concurrency):
-                group.create_task(work())
-    finally:
-        await scores.put(None)
-        await writer
+        # a failure anywhere (refused credentials) cancels the rest instead of leaving it blocked
+        async with asyncio.TaskGroup() as everything:
+            everything.create_task(write())
+            async with asyncio.TaskGroup() as readers_and_judges:
+                readers_and_judges.create_task(produce())
+                for _ in range(options.concurrency):
+                    readers_and_judges.create_task(work())
+            await scores.put(None)
+    except BaseExceptionGroup as group:
+        raise _first_error(group) from None
     progress.tick(force=True)
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    """The error to report out of nested task groups: a `TriageError` (it has an exit code) first."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        else:
+            leaves.append(current)
+    return next((e for e in leaves if isinstance(e, TriageError)), leaves[0])
