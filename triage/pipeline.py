@@ -444,6 +444,9 @@ async def run_feedback(
                 facts_out,
             )
             by_trace = await asyncio.to_thread(_resolve_sessions, backend, down, run)
+            # from here each trace's votes travel with it and are dropped once it is done, so memory
+            # stays flat however large the window
+            del votes, down
             trace_ids = sorted(by_trace)
             if not options.force and trace_ids:
                 done: set[str] = set()
@@ -454,11 +457,13 @@ async def run_feedback(
                     )
                 result.already_triaged = len(done)
                 trace_ids = [t for t in trace_ids if t not in done]
+                for trace_id in done:
+                    del by_trace[trace_id]
             log.info(
                 "%d votes, %d thumbs-down on %d traces; %d already triaged, %d to triage",
                 result.votes_seen,
                 result.thumbs_down,
-                len(by_trace),
+                len(trace_ids) + result.already_triaged,
                 result.already_triaged,
                 len(trace_ids),
                 extra={"event": "plan", "to_triage": len(trace_ids)},
@@ -500,7 +505,7 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
     progress = Progress(len(trace_ids), options.progress_seconds)
     traces: asyncio.Queue[tuple[Trace, list[Vote]] | None] = asyncio.Queue(maxsize=2 * options.batch_size)
     # bounded too: when writes lag, the judges wait instead of piling verdicts up in memory
-    scores: asyncio.Queue[tuple[Entry, list[ScoreWrite]] | None] = asyncio.Queue(
+    scores: asyncio.Queue[tuple[Entry, list[ScoreWrite], list[Vote]] | None] = asyncio.Queue(
         maxsize=2 * options.batch_size
     )
 
@@ -515,7 +520,7 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
             chunk = trace_ids[i : i + options.batch_size]
             if run.stop.is_set():
                 for trace_id in chunk:
-                    run.skip(by_trace[trace_id], trace_id, "unavailable", stopped)
+                    run.skip(by_trace.pop(trace_id), trace_id, "unavailable", stopped)
                 continue
             try:
                 found, urls = await asyncio.to_thread(read, chunk)
@@ -523,17 +528,20 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
                 raise
             except SourceError as ex:
                 for trace_id in chunk:
-                    run.skip(by_trace[trace_id], trace_id, "unavailable", f"could not read the trace: {ex}")
+                    run.skip(
+                        by_trace.pop(trace_id), trace_id, "unavailable", f"could not read the trace: {ex}"
+                    )
                     progress.tick()
                 continue
             for trace_id in chunk:
+                votes = by_trace.pop(trace_id)
                 try:
                     trace = read_trace(trace_id, found.get(trace_id, []), run.config.tools, urls[trace_id])
                 except InputError as ex:
-                    run.skip(by_trace[trace_id], trace_id, "bad_input", str(ex))
+                    run.skip(votes, trace_id, "bad_input", str(ex))
                     progress.tick()
                     continue
-                await traces.put((trace, by_trace[trace_id]))
+                await traces.put((trace, votes))
         for _ in range(options.concurrency):
             await traces.put(None)
 
@@ -558,11 +566,11 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
                 entry, writes = outcome
                 result.entries.append(entry)
                 if options.write:
-                    await scores.put((entry, writes))
+                    await scores.put((entry, writes, votes))
             progress.tick()
 
-    async def flush(batch: list[tuple[Entry, list[ScoreWrite]]]) -> None:
-        writes = [w for _, ws in batch for w in ws]
+    async def flush(batch: list[tuple[Entry, list[ScoreWrite], list[Vote]]]) -> None:
+        writes = [w for _, ws, _ in batch for w in ws]
         try:
             outcome = await asyncio.to_thread(backend.write_scores, writes)
             confirmed, failed = set(outcome.confirmed), outcome.failed
@@ -570,11 +578,11 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
             raise
         except SourceError as ex:
             confirmed, failed = set(), {w.id: str(ex) for w in writes}
-        for entry, ws in batch:
+        for entry, ws, votes in batch:
             missing = [failed.get(w.id, "not confirmed") for w in ws if w.id not in confirmed]
             if missing:
                 run.skip(
-                    by_trace[entry.trace_id],
+                    votes,
                     entry.trace_id,
                     "not_written",
                     f"triaged as {entry.layer.value}, but the score was not written: {missing[0]}",
@@ -585,7 +593,7 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
                 result.written += len(ws)
 
     async def write() -> None:
-        batch: list[tuple[Entry, list[ScoreWrite]]] = []
+        batch: list[tuple[Entry, list[ScoreWrite], list[Vote]]] = []
         while (item := await scores.get()) is not None:
             batch.append(item)
             if len(batch) >= options.batch_size:
