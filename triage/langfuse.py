@@ -285,26 +285,18 @@ class LangfuseBackend:
         for key in ("fromTimestamp", "toTimestamp"):
             if key in query:
                 query[key] = _as_utc(query[key]).isoformat().replace("+00:00", "Z")
-        cursor: str | None = None
-        seen_cursors: set[str] = set()
-        while True:
+
+        def page(cursor: str | None) -> _ScoresPage:
             page_query = {**query, "limit": SCORES_PAGE, **({"cursor": cursor} if cursor else {})}
             try:
-                body = self._call(
-                    what, lambda q=page_query: self._raw("GET", "api/public/v3/scores", params=q)
-                )
-                page = _ScoresPage.model_validate(body)
+                body = self._call(what, lambda: self._raw("GET", "api/public/v3/scores", params=page_query))
+                return _ScoresPage.model_validate(body)
             except _HttpStatus as ex:
                 raise self._fail(what, ex) from None
             except pydantic.ValidationError as ex:
                 raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
-            yield from page.data
-            cursor = page.meta.cursor
-            if not cursor:
-                return
-            if cursor in seen_cursors:
-                raise LangfuseError(f"{what}: the server repeated a page cursor")
-            seen_cursors.add(cursor)
+
+        yield from _paged(page, what)
 
     def _scores_by_id(self, ids: Sequence[str], what: str, **params: Any) -> dict[str, _ScoreRow]:
         """The current row of each id that exists, reading `?id=` in chunks of 100."""
@@ -352,22 +344,15 @@ class LangfuseBackend:
     # ------------------------------------------------------------------ observations
 
     def _observation_pages(self, what: str, **params: Any) -> Iterator[Any]:
-        cursor: str | None = None
-        seen: set[str] = set()
-        while True:
-            page = self._call(
+        def page(cursor: str | None) -> Any:
+            return self._call(
                 what,
-                lambda c=cursor: self._api.observations.get_many(
-                    limit=OBS_PAGE, cursor=c, request_options=self._options, **params
+                lambda: self._api.observations.get_many(
+                    limit=OBS_PAGE, cursor=cursor, request_options=self._options, **params
                 ),
             )
-            yield from page.data
-            cursor = page.meta.cursor
-            if not cursor:
-                return
-            if cursor in seen:
-                raise LangfuseError(f"{what}: the server repeated a page cursor")
-            seen.add(cursor)
+
+        yield from _paged(page, what)
 
     def _v2_rows(self, what: str, **params: Any) -> list[Any] | None:
         """All rows of a v2 observations query; None when the server has no such endpoint (404)."""
@@ -652,6 +637,21 @@ class LangfuseBackend:
 
 
 # ---------------------------------------------------------------------- mapping helpers
+
+
+def _paged(fetch: Callable[[str | None], Any], what: str) -> Iterator[Any]:
+    """The rows of every page of a cursor-paged listing, newest first, until the caller stops."""
+    cursor: str | None = None
+    seen: set[str] = set()
+    while True:
+        page = fetch(cursor)
+        yield from page.data
+        cursor = page.meta.cursor
+        if not cursor:
+            return
+        if cursor in seen:
+            raise LangfuseError(f"{what}: the server repeated a page cursor")
+        seen.add(cursor)
 
 
 def _describe(state: RetryCallState) -> str:
