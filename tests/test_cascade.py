@@ -19,11 +19,6 @@ DECLINE = "I couldn't find anything about that in the documentation."
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server() -> Iterator[OpenAIServer]:
     with OpenAIServer(responder=honest) as srv:
         yield srv

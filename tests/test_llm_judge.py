@@ -29,11 +29,6 @@ ANSWER = "Set `parallelTrialCount` in the Experiment spec to the number of trial
 COMMENT = "it did not tell me where the setting goes"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # --- an honest scripted model ---------------------------------------------------------------------
 
 

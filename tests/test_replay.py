@@ -19,11 +19,6 @@ from triage.rule import decide
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server() -> Iterator[OpenAIServer]:
     with OpenAIServer(responder=honest) as srv:
         yield srv
