@@ -50,3 +50,10 @@ class JudgeError(SourceError):
 
 class JudgeRejected(JudgeError):
     """The judge answered, but its output failed verification."""
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    """The plain exceptions inside (possibly nested) exception groups, in order; `[error]` otherwise."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]

@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from . import prompts
 from .config import Component
-from .errors import ConfigError, JudgeError, JudgeRejected
+from .errors import ConfigError, JudgeError, JudgeRejected, leaves
 from .models import Evidence, Facts, Passage, Trace, Usage
 
 StructuredMode = Literal["auto", "json_schema", "json_object", "none"]
@@ -851,7 +851,7 @@ class LLMJudge:
 
 def _first_error(group: BaseExceptionGroup) -> BaseException:
     """The error to raise for a failed call pair: a rejection or a config error before the rest."""
-    errors = list(group.exceptions)
+    errors = leaves(group)
     for kind in (ConfigError, JudgeRejected, JudgeError):
         for error in errors:
             if isinstance(error, kind):

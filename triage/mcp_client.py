@@ -26,7 +26,7 @@ import mcp_types as types
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from .errors import ConfigError, SearchError, TriageError
+from .errors import ConfigError, SearchError, TriageError, leaves
 from .models import Passage
 from .passages import ERROR_PREFIXES, passages_from_output
 
@@ -63,12 +63,6 @@ def _short(text: str, limit: int = 300) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Errors out of the transport
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
 
 
 def _describe(exc: BaseException) -> str:
@@ -158,7 +152,7 @@ class McpSearcher:
             await self._task_group.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             # the task group wraps the caller's own exception: hand it back unwrapped
-            if exc is not None and all(leaf is exc for leaf in _leaves(group)):
+            if exc is not None and all(leaf is exc for leaf in leaves(group)):
                 return None
             raise
 
@@ -186,8 +180,8 @@ class McpSearcher:
 
     def _failure(self, exc: BaseException) -> TriageError:
         """The error a failed connect attempt stands for."""
-        leaves = _leaves(exc)
-        for leaf in leaves:
+        found = leaves(exc)
+        for leaf in found:
             if isinstance(leaf, _AuthRefused):
                 hint = "missing" if not self._token else "refused"
                 return ConfigError(
@@ -196,7 +190,7 @@ class McpSearcher:
                 )
             if isinstance(leaf, ConfigError):
                 return leaf
-        cause = "; ".join(dict.fromkeys(_describe(leaf) for leaf in leaves if not _is_cancel(leaf)))
+        cause = "; ".join(dict.fromkeys(_describe(leaf) for leaf in found if not _is_cancel(leaf)))
         return SearchError(f"search server unreachable at {self.where}: {cause or _describe(exc)}")
 
     async def _own_session(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:

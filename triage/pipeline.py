@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import IO
 
 from .config import TriageConfig
-from .errors import ConfigError, InputError, JudgeError, JudgeRejected, SearchError, SourceError, TriageError
+from .errors import (
+    ConfigError,
+    InputError,
+    JudgeError,
+    JudgeRejected,
+    SearchError,
+    SourceError,
+    TriageError,
+    leaves,
+)
 from .heuristic import HeuristicJudge
 from .interfaces import Backend, Judge, Searcher
 from .models import (
@@ -618,12 +627,5 @@ async def _stream(run: _Run, by_trace: dict[str, list[Vote]], trace_ids: list[st
 
 def _first_error(group: BaseExceptionGroup) -> BaseException:
     """The error to report out of nested task groups: a `TriageError` (it has an exit code) first."""
-    leaves: list[BaseException] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        current = pending.pop(0)
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        else:
-            leaves.append(current)
-    return next((e for e in leaves if isinstance(e, TriageError)), leaves[0])
+    errors = leaves(group)
+    return next((e for e in errors if isinstance(e, TriageError)), errors[0])
