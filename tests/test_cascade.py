@@ -9,10 +9,10 @@ import pytest
 
 from tests.openai_server import OpenAIServer
 from tests.test_llm_judge import ANSWER, base_for, honest, make_judge, make_trace, research
-from triage.cascade import CascadeJudge
-from triage.heuristic import HeuristicJudge
-from triage.models import Layer, Passage
-from triage.rule import decide
+from triage.domain.records import Layer, Passage
+from triage.domain.rule import decide
+from triage.judges.cascade import CascadeJudge
+from triage.judges.heuristic import HeuristicJudge
 
 OTHER = [Passage(id="R1", collection="docs", text="Kubeflow is a community of tools for ML.")]
 DECLINE = "I couldn't find anything about that in the documentation."

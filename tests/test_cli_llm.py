@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,8 +11,8 @@ from click.testing import CliRunner
 from openai_server import OpenAIServer, keyword_responder
 
 from triage.cli import cli
-from triage.runner import DEMO_DIR, demo_shift
-from triage.store import Store
+from triage.compose import DEMO_DIR, demo_shift
+from triage.sources.store import Store
 
 SECRET = "sk-test-0123456789abcdef"
 
@@ -49,7 +50,13 @@ def test_feedback_with_a_model_judge_end_to_end(demo_store: Path, judge: str) ->
     with Store(demo_store) as store:
         rows = store.scores_named("triage_layer")
     assert len(rows) == 29
-    assert all("judge-model-1" in r["metadata"] for r in rows)  # the judge is stored with every score
+    # the judge that produced the facts is stored with every score: the model for traces that
+    # searched, the heuristic for those that did not (no model is asked about them)
+    judges = {r["stringValue"]: set() for r in rows}
+    for r in rows:
+        judges[r["stringValue"]].add(json.loads(r["metadata"])["judge"])
+    assert judges.pop("agent_skipped_retrieval") == {"heuristic"}
+    assert all(len(names) == 1 and "judge-model-1" in next(iter(names)) for names in judges.values())
     # a rerun of the same window makes no model call
     with OpenAIServer(responder=keyword_responder) as server:
         env["OPENAI_BASE_URL"] = f"{server.url}/v1"

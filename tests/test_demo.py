@@ -10,12 +10,13 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from triage.cli import cli
+from triage.compose import DEMO_DIR, demo
 from triage.config import load_config
-from triage.models import Layer
-from triage.pipeline import RunOptions, run_feedback
-from triage.replay import ReplayJudge
-from triage.runner import DEMO_DIR, demo
-from triage.store import Store
+from triage.domain.records import Layer
+from triage.engine.options import RunOptions
+from triage.engine.run import Sources, run_feedback
+from triage.judges.replay import ReplayJudge
+from triage.sources.store import Store
 
 
 def expected() -> dict[str, dict[str, str]]:
@@ -79,7 +80,7 @@ def test_recorded_facts_replay_to_the_same_layers_without_search_or_model(tmp_pa
         judge = ReplayJudge(facts)
         replayed = asyncio.run(
             run_feedback(
-                backend=store,
+                sources=Sources.of(store),
                 judge=judge,
                 config=load_config(),
                 options=RunOptions(now=now),

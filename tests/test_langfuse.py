@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from langfuse_server import LangfuseStandIn, iso  # noqa: E402
 
+from triage.domain.records import ScoreWrite  # noqa: E402
+from triage.domain.scores import score_id  # noqa: E402
 from triage.errors import ConfigError, LangfuseError  # noqa: E402
-from triage.langfuse import LangfuseBackend  # noqa: E402
-from triage.models import ScoreWrite  # noqa: E402
-from triage.scores import score_id  # noqa: E402
+from triage.sources.langfuse.backend import LangfuseBackend  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[2] / "shared" / "langfuse" / "openapi.yml"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -414,7 +414,7 @@ def test_429_honours_retry_after_and_every_request_is_counted() -> None:
             votes = backend.votes("user_feedback", *WINDOW)
             found = backend.observations([v.trace_id for v in votes if v.trace_id])
             outcome = backend.write_scores([layer_score(f"t{i}") for i in range(30)])
-            count = backend.request_count
+            count = backend.stats.requests
         statuses = [r.status for r in srv.log]
     assert len(votes) == 30 and len(found) == 30 and len(outcome.confirmed) == 30
     assert statuses.count(429) >= 3
@@ -469,17 +469,18 @@ def test_a_client_error_is_not_retried(server: LangfuseStandIn) -> None:
     server.inject("status", status=400, path="/v3/scores")
     with backend_for(server) as backend, pytest.raises(LangfuseError, match="400"):
         backend.votes("user_feedback", *WINDOW)
-    assert len(server.log) == 1
+    assert len(server.requests("/v3/scores")) == 1
 
 
 def test_refused_credentials_are_a_config_error_naming_the_variables(server: LangfuseStandIn) -> None:
-    with backend_for(server, secret_key="sk-lf-WRONG-VALUE") as backend, pytest.raises(ConfigError) as info:
+    # refused on opening (the project read for links), before any data is read
+    with pytest.raises(ConfigError) as info, backend_for(server, secret_key="sk-lf-WRONG-VALUE") as backend:
         backend.votes("user_feedback", *WINDOW)
     message = str(info.value)
     assert "LANGFUSE_PUBLIC_KEY" in message and "LANGFUSE_SECRET_KEY" in message
     assert "sk-lf-WRONG-VALUE" not in message
     assert len(server.log) == 1  # a 401 is not retried
-    with backend_for(server, secret_key="nope") as backend, pytest.raises(ConfigError):
+    with pytest.raises(ConfigError), backend_for(server, secret_key="nope") as backend:
         backend.write_scores([layer_score("a")])
 
 
@@ -488,6 +489,7 @@ def test_an_injected_client_is_used_and_left_open(server: LangfuseStandIn) -> No
     client = httpx.Client(timeout=5.0)
     with backend_for(server, httpx_client=client) as backend:
         assert len(backend.votes("user_feedback", *WINDOW)) == 1
-        assert backend.request_count == 2  # the window read and the thumbs-down re-read
+        # the project read on opening, the window read and the thumbs-down re-read
+        assert backend.stats.requests == 3
     assert not client.is_closed
     client.close()

@@ -18,7 +18,7 @@ from factories import trace_line  # noqa: E402
 from langfuse_server import LangfuseStandIn, iso  # noqa: E402
 
 from triage.cli import cli  # noqa: E402
-from triage.scores import score_id  # noqa: E402
+from triage.domain.scores import score_id  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -12,11 +12,11 @@ import openai
 import pytest
 
 from tests.openai_server import OpenAIServer, Recorded, Reply, call_kind, data_blocks
-from triage import prompts
 from triage.config import load_config
+from triage.domain.records import Facts, Passage, ToolCall, Trace
 from triage.errors import ConfigError, JudgeError, JudgeRejected
-from triage.llm_judge import LLMJudge, quote_found
-from triage.models import Facts, Passage, ToolCall, Trace
+from triage.judges import prompts
+from triage.judges.llm.judge import LLMJudge, quote_found
 
 COMPONENTS = load_config().components
 

@@ -26,11 +26,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from triage.config import IndexFolder
+from triage.domain.config import IndexFolder
 from triage.errors import ConfigError, SearchError
-from triage.index import Index
-from triage.mcp_client import McpSearcher, parse_result, passages_from_output
-from triage.mcp_server import build_server, format_results
+from triage.search.index import Index
+from triage.search.mcp_client import McpSearcher, parse_result, passages_from_output
+from triage.search.mcp_server import build_server, format_results
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 DOCS = CORPUS / "kubeflow-docs"
@@ -460,7 +460,7 @@ async def test_server_tools_match_the_docs_agent() -> None:
 
 
 def test_format_results_round_trips_through_the_parser() -> None:
-    from triage.models import Passage
+    from triage.domain.records import Passage
 
     passages = [
         Passage(

@@ -10,14 +10,17 @@ from pathlib import Path
 import pytest
 from factories import NOW, lines, session_vote, trace_line
 
-from triage.config import IndexFolder, load_config
+from triage.config import load_config
+from triage.domain.config import IndexFolder
+from triage.domain.outcome import RunResult, Shard
+from triage.domain.records import Facts, Passage, ScoreWrite, Trace, Usage, WriteOutcome
+from triage.engine.options import RunOptions
+from triage.engine.run import Sources, run_feedback
 from triage.errors import ConfigError, JudgeError, SearchError
-from triage.heuristic import HeuristicJudge
-from triage.index import Index
-from triage.models import Facts, Passage, ScoreWrite, Trace, Usage, WriteOutcome
-from triage.pipeline import RunOptions, RunResult, Shard, run_feedback
-from triage.search import LocalSearcher
-from triage.store import Store
+from triage.judges.heuristic import HeuristicJudge
+from triage.search.index import Index
+from triage.search.local import LocalSearcher
+from triage.sources.store import Store
 
 DOCS_URL = "https://www.kubeflow.org/docs/components/katib/early-stopping/"
 ISSUE_URL = "https://github.com/kubeflow/katib/issues/1234"
@@ -113,7 +116,7 @@ def run(store: Store, index: Index | None, **kwargs: object) -> RunResult:
     judge = HeuristicJudge()
     return asyncio.run(
         run_feedback(
-            backend=store,
+            sources=Sources.of(store),
             judge=judge,
             config=load_config(),
             options=options,
@@ -228,7 +231,7 @@ def test_search_down_leaves_only_search_dependent_traces_undecided() -> None:
         store.import_lines(rows(), "test")
         result = asyncio.run(
             run_feedback(
-                backend=store,
+                sources=Sources.of(store),
                 judge=HeuristicJudge(),
                 config=load_config(),
                 options=RunOptions(now=NOW),
@@ -262,7 +265,7 @@ class FailingJudge(HeuristicJudge):
 def run_with(store: Store, index: Index, judge: HeuristicJudge, **options: object) -> RunResult:
     return asyncio.run(
         run_feedback(
-            backend=store,
+            sources=Sources.of(store),
             judge=judge,
             config=load_config(),
             options=RunOptions(now=NOW, **options),  # type: ignore[arg-type]

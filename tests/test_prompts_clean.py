@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from triage import prompts
+from triage.judges import prompts
 
 
 def slow_clean(text: str) -> str:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from triage.domain.records import Observation
 from triage.errors import InputError
-from triage.models import Observation
-from triage.reader import extract_text, read_trace
+from triage.reading.trace import extract_text, read_trace
 
 TOOLS = {"search_kubeflow_docs": "docs", "search_github_issues": "issues", "search_kubeflow_code": "code"}
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

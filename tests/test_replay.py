@@ -12,10 +12,11 @@ import pytest
 
 from tests.openai_server import OpenAIServer
 from tests.test_llm_judge import ANSWER, KATIB_TEXT, base_for, honest, make_judge, make_trace, research
+from triage.domain.records import Facts, Layer, Passage, Trace
+from triage.domain.rule import decide
 from triage.errors import InputError, JudgeError, JudgeRejected
-from triage.models import Facts, Layer, Passage, Trace
-from triage.replay import ReplayJudge, write_facts_line
-from triage.rule import decide
+from triage.judges.replay import ReplayJudge
+from triage.sinks.facts_file import write_facts_line
 
 
 @pytest.fixture

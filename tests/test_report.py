@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from triage.models import Layer, Undecided
-from triage.pipeline import Entry, RunResult, Skipped
-from triage.report import md, render_report
+from triage.domain.outcome import Entry, RunResult, Skipped
+from triage.domain.records import Layer, Undecided
+from triage.sinks.report import md, render_report
 
 HOSTILE = (
     "# Heading\n| col | col |\n<script>alert(1)</script> [click](http://evil.example) ![img](x.png) "

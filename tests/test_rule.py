@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from triage.models import Facts, Layer
-from triage.rule import Undetermined, decide, explain
+from triage.domain.records import Facts, Layer
+from triage.domain.rule import Undetermined, decide, explain
 
 ANY = object()
 MISSING = "missing"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from openai_server import OpenAIServer, keyword_responder
 
-from triage.runner import DEMO_DIR, demo_shift
-from triage.store import Store
+from triage.compose import DEMO_DIR, demo_shift
+from triage.sources.store import Store
 
 
 def test_sigterm_finishes_in_flight_traces_and_lists_the_rest(tmp_path: Path) -> None:

@@ -1,3 +1,3 @@
-from .cli import main
+from triage.cli import main
 
 main()

@@ -1,4 +1,4 @@
-"""Errors raised by triage.
+"""Errors raised by triage, and the exit codes they (and a run's outcome) map to.
 
     TriageError
     ├── ConfigError          bad or missing configuration, refused credentials  (exit 3)
@@ -15,17 +15,36 @@ degraded); raised before any trace is read they end the run.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The process's exit codes: the CronJob's contract, documented in the README."""
+
+    #: done; bad-input traces and session votes whose turn has not arrived are listed, not errors
+    OK = 0
+    #: a runtime failure, or an internal error on some trace (listed; the others still ran)
+    ERROR = 1
+    #: bad command-line usage (click's own code)
+    USAGE = 2
+    #: configuration missing or wrong, or credentials refused
+    CONFIG = 3
+    #: degraded: some traces undecided (search or judge unavailable, judge output rejected, SIGTERM)
+    DEGRADED = 4
+    #: some scores not confirmed as written (takes precedence over DEGRADED)
+    NOT_WRITTEN = 5
+
 
 class TriageError(Exception):
     """Base class for every error triage raises on purpose."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.ERROR
 
 
 class ConfigError(TriageError):
     """Configuration is missing or wrong, or credentials were refused."""
 
-    exit_code = 3
+    exit_code = ExitCode.CONFIG
 
 
 class InputError(TriageError):

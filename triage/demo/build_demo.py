@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from triage.config import IndexFolder
-from triage.index import chunks_of_folder
+from triage.domain.config import IndexFolder
+from triage.search.index import chunks_of_folder
 
 ROOT = Path(__file__).resolve().parent
 CHUNKS = {

@@ -1,0 +1,149 @@
+"""Assembling a run from settings: which backend, searcher and judge, then `run_feedback`.
+
+Langfuse when its keys are set, else the embedded store; the MCP server when one is configured,
+else the embedded index; the LLM judge when a model is configured, else the heuristic one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from triage.domain.config import IndexFolder, TriageConfig
+from triage.domain.outcome import RunResult
+from triage.domain.ports import Backend, Judge, Searcher
+from triage.engine.options import RunOptions
+from triage.engine.run import Sources, run_feedback
+from triage.errors import ConfigError, InputError
+from triage.judges.heuristic import HeuristicJudge
+from triage.search.index import Index
+from triage.search.local import LocalSearcher
+from triage.settings import Settings
+from triage.sources.store import Store
+
+DEMO_DIR = Path(__file__).parent / "demo"
+
+
+def demo_index_folders() -> list[IndexFolder]:
+    root = DEMO_DIR / "index"
+    return [IndexFolder(collection=p.name, path=p) for p in sorted(root.iterdir()) if p.is_dir()]
+
+
+def default_store_path() -> Path:
+    return Path.home() / ".local" / "share" / "triage" / "store.sqlite"
+
+
+@contextmanager
+def open_backend(settings: Settings) -> Iterator[Backend]:
+    if settings.uses_langfuse:
+        if not settings.langfuse_public_key or not settings.langfuse_secret_key:
+            missing = "LANGFUSE_SECRET_KEY" if settings.langfuse_public_key else "LANGFUSE_PUBLIC_KEY"
+            raise ConfigError(
+                f"Langfuse needs both keys: set {missing} (or unset the other to use the embedded store)"
+            )
+        from triage.sources.langfuse.backend import LangfuseBackend
+
+        with LangfuseBackend(
+            public_key=settings.langfuse_public_key,
+            secret_key=settings.langfuse_secret_key.get_secret_value(),
+            base_url=settings.langfuse_base_url,
+            timeout=settings.langfuse_timeout,
+            confirm_wait_seconds=settings.triage_confirm_wait_seconds,
+        ) as backend:
+            yield backend
+        return
+    with Store(settings.triage_store or default_store_path()) as store:
+        yield store
+
+
+def make_searcher(settings: Settings, config: TriageConfig) -> AbstractAsyncContextManager[Searcher]:
+    if settings.triage_mcp_url or settings.triage_mcp_command:
+        from triage.search.mcp_client import McpSearcher
+
+        return McpSearcher(
+            url=settings.triage_mcp_url,
+            command=shlex.split(settings.triage_mcp_command) if settings.triage_mcp_command else None,
+            token=settings.triage_mcp_token.get_secret_value() if settings.triage_mcp_token else None,
+            tools=config.tools,
+        )
+    return LocalSearcher(Index.from_folders(config.index or demo_index_folders()))
+
+
+def make_judge(spec: str | None, settings: Settings, config: TriageConfig) -> Judge:
+    """`heuristic`, `llm`, `cascade` or `replay:FILE`; by default `llm` when a model is configured."""
+    spec = spec or ("llm" if settings.triage_judge_model else "heuristic")
+    if spec == "heuristic":
+        return HeuristicJudge()
+    if spec.startswith("replay:"):
+        from triage.judges.replay import ReplayJudge
+
+        return ReplayJudge(Path(spec.removeprefix("replay:")), collections=config.collections)
+    if spec in ("llm", "cascade"):
+        if not settings.triage_judge_model:
+            raise ConfigError(f"--judge {spec} needs a model: set TRIAGE_JUDGE_MODEL (and OPENAI_API_KEY)")
+        import openai
+
+        from triage.judges.llm.judge import LLMJudge
+
+        client = openai.AsyncOpenAI(
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused",
+            max_retries=0,  # the judge retries itself, with its own backoff and deadline
+        )
+        model_judge = LLMJudge(
+            client=client,
+            model=settings.triage_judge_model,
+            components=config.components,
+            default_component=config.agent.default_component,
+            concurrency=config.judge.concurrency,
+        )
+        if spec == "llm":
+            return model_judge
+        from triage.judges.cascade import CascadeJudge
+
+        return CascadeJudge(HeuristicJudge(), model_judge)
+    raise ConfigError(f"unknown judge {spec!r}: use heuristic, llm, cascade or replay:FILE")
+
+
+def feedback(
+    settings: Settings, config: TriageConfig, options: RunOptions, judge_spec: str | None
+) -> RunResult:
+    """The one core call behind `triage feedback`."""
+    judge = make_judge(judge_spec, settings, config)
+    with open_backend(settings) as backend:
+        searcher = make_searcher(settings, config) if judge.needs_research else None
+        return asyncio.run(
+            run_feedback(sources=Sources.of(backend), judge=judge, config=config, options=options, searcher=searcher)
+        )
+
+
+def demo_shift(traces_file: Path, now: datetime) -> timedelta:
+    """How far to move the demo data so its newest vote lands an hour before `now`."""
+    newest: datetime | None = None
+    for line in traces_file.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        for score in json.loads(line).get("scores") or []:
+            stamp = datetime.fromisoformat(score["timestamp"].replace("Z", "+00:00"))
+            newest = stamp if newest is None or stamp > newest else newest
+    if newest is None:
+        raise InputError(f"{traces_file} holds no votes")
+    return (now - timedelta(hours=1)) - newest
+
+
+def demo(config: TriageConfig, options: RunOptions, store_path: Path) -> RunResult:
+    """The main job on a fresh embedded store loaded with the demo data, the demo index and the heuristic judge."""
+    traces_file = DEMO_DIR / "traces.jsonl"
+    with Store(store_path) as store:
+        store.import_file(traces_file, shift=demo_shift(traces_file, options.now))
+        searcher = LocalSearcher(Index.from_folders(demo_index_folders()))
+        return asyncio.run(
+            run_feedback(
+                sources=Sources.of(store), judge=HeuristicJudge(), config=config, options=options, searcher=searcher
+            )
+        )

@@ -1,0 +1,114 @@
+"""What a run produced, as the sinks (report, summary) read it: entries, skipped votes, totals.
+
+Kept out of the engine so that a sink never imports the engine that fills these in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from triage.domain.records import Layer, Undecided, Usage
+from triage.errors import ExitCode
+
+QUESTION_CHARS = 160
+
+
+def shorten(text: str, limit: int = QUESTION_CHARS) -> str:
+    """`text` on one line, cut to `limit` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's share of the votes: `index` of `count`, by a stable hash of the trace."""
+
+    index: int = 0
+    count: int = 1
+
+    def owns(self, key: str) -> bool:
+        if self.count == 1:
+            return True
+        # never the builtin hash(): it is salted per process, and every shard must agree
+        digest = hashlib.sha256(key.encode()).digest()
+        return int.from_bytes(digest[:8], "big") % self.count == self.index
+
+
+@dataclass
+class Entry:
+    """One triaged trace, as the report shows it."""
+
+    trace_id: str
+    layer: Layer
+    component: str
+    owners: list[str]
+    reason: str
+    question: str
+    comments: list[str]
+    url: str | None
+    injection_suspected: bool = False
+    written: bool = False
+
+
+@dataclass
+class Skipped:
+    """One thumbs-down that was not triaged, as the report shows it."""
+
+    undecided: Undecided
+    question: str | None
+    comments: list[str]
+    url: str | None = None
+
+
+@dataclass
+class RunResult:
+    start: datetime
+    end: datetime
+    votes_seen: int = 0
+    thumbs_down: int = 0
+    already_triaged: int = 0
+    entries: list[Entry] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    written: int = 0
+    write: bool = False
+    usage: Usage = field(default_factory=Usage)
+    judge: str = ""
+    search_calls: int = 0
+    requests: int = 0
+    elapsed: float = 0.0
+    input_price: float = 0.0
+    output_price: float = 0.0
+    shard: Shard = field(default_factory=Shard)
+
+    @property
+    def layer_counts(self) -> Counter[str]:
+        return Counter(entry.layer.value for entry in self.entries)
+
+    @property
+    def not_written(self) -> list[Skipped]:
+        return [s for s in self.skipped if s.undecided.kind == "not_written"]
+
+    @property
+    def degraded(self) -> list[Skipped]:
+        return [s for s in self.skipped if s.undecided.kind in ("unavailable", "rejected")]
+
+    @property
+    def cost(self) -> float:
+        return (
+            self.usage.input_tokens * self.input_price + self.usage.output_tokens * self.output_price
+        ) / 1_000_000
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """ERROR on an internal error on some trace; NOT_WRITTEN when some scores were not
+        confirmed; DEGRADED when some traces are undecided for a retryable reason; else OK."""
+        if any(s.undecided.kind == "error" for s in self.skipped):
+            return ExitCode.ERROR
+        if self.not_written:
+            return ExitCode.NOT_WRITTEN
+        if self.degraded:
+            return ExitCode.DEGRADED
+        return ExitCode.OK

@@ -1,0 +1,58 @@
+"""Which component a trace is about, and who owns the fix.
+
+The component comes from the sources that hold the answer (a URL under `components/katib/`), else
+from the question and the comment (the catalogue's keywords). Agent-side layers go to the agent's
+team; content gaps go to the component's working group; an invented answer to a gap goes to both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from triage.domain.config import TriageConfig
+from triage.domain.records import AGENT_LAYERS, Layer
+
+
+def component_from_sources(urls: Iterable[str | None], config: TriageConfig) -> str | None:
+    for url in urls:
+        if not url:
+            continue
+        for name, component in config.components.items():
+            if any(pattern and pattern in url for pattern in component.sources):
+                return name
+    return None
+
+
+def component_from_text(text: str, config: TriageConfig) -> str | None:
+    """The component whose keywords occur most often in `text` (whole words, case-insensitive)."""
+    lowered = text.lower()
+    best, best_hits = None, 0
+    for name, component in config.components.items():
+        hits = sum(
+            len(re.findall(rf"(?<![\w-]){re.escape(keyword.lower())}(?![\w-])", lowered))
+            for keyword in component.keywords
+        )
+        if hits > best_hits:
+            best, best_hits = name, hits
+    return best
+
+
+def find_component(
+    sources: Iterable[str | None], question: str, comment: str | None, config: TriageConfig
+) -> str:
+    return (
+        component_from_sources(sources, config)
+        or component_from_text(f"{question}\n{comment or ''}", config)
+        or config.agent.default_component
+    )
+
+
+def owners(layer: Layer, component: str, config: TriageConfig) -> list[str]:
+    """Who owns the fix. `ok` goes to the agent's team, which reads why users still disliked it."""
+    group = config.components[component].owner if component in config.components else config.agent.team
+    if layer in AGENT_LAYERS or layer is Layer.OK:
+        return [config.agent.team]
+    if layer is Layer.CONTENT_GAP_HALLUCINATION:
+        return list(dict.fromkeys([config.agent.team, group]))
+    return [group]

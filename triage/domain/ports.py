@@ -1,0 +1,109 @@
+"""The outside systems the engine talks to, as small ports.
+
+- `VoteSource`: where users' votes are read (Langfuse, or the embedded SQLite store).
+- `TraceSource`: where traces are read, with links to them in a UI.
+- `ScoreSink`: where triage scores are written, and which traces already carry one.
+- `Searcher`: an independent search of the index (the MCP server, or the embedded index).
+- `Judge`: turns a trace (and the re-searched passages) into `Facts`.
+
+The three data ports are synchronous (the engine calls them from a worker thread, in batches);
+Langfuse and the store implement all three, and count their requests in a `SourceStats`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from triage.domain.records import Facts, Observation, Passage, ScoreWrite, Trace, Usage, Vote, WriteOutcome
+
+
+@dataclass
+class SourceStats:
+    """Counters of one outside system. Thread-safe: a source is shared between worker threads."""
+
+    #: requests made so far, retries included (0 for an embedded store)
+    requests: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count_request(self) -> None:
+        with self._lock:
+            self.requests += 1
+
+
+class VoteSource(Protocol):
+    def votes(self, score_name: str, start: datetime, end: datetime) -> list[Vote]:
+        """Every current vote named `score_name` with a timestamp in [start, end), newest row per id."""
+        ...
+
+
+class TraceSource(Protocol):
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each session, its trace ids ordered by the start time of their root observations."""
+        ...
+
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
+        """The observations of each trace, de-duplicated by id keeping the newest row."""
+        ...
+
+    def trace_url(self, trace_id: str) -> str | None:
+        """A link to the trace in a UI, where there is one. No I/O: the link base is resolved when
+        the source opens, so this is safe on the event loop."""
+        ...
+
+
+class ScoreSink(Protocol):
+    def triaged(self, trace_ids: Sequence[str], score_name: str, rule_version: str) -> set[str]:
+        """The trace ids that already carry a `score_name` score written under `rule_version`."""
+        ...
+
+    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+        """Write scores and confirm each by reading it back."""
+        ...
+
+
+class Backend(VoteSource, TraceSource, ScoreSink, Protocol):
+    """One system that is all three (Langfuse, the embedded store), with its counters."""
+
+    stats: SourceStats
+
+
+class Searcher(Protocol):
+    """One search of one collection. Raises `SearchError` when the search cannot be made."""
+
+    async def search(self, query: str, collection: str, top_k: int) -> list[Passage]: ...
+
+
+class Judge(Protocol):
+    """Establishes facts about one trace. Raises `JudgeError` (or `JudgeRejected`)."""
+
+    #: stored with every verdict, e.g. "heuristic", "llm:gpt-4o-mini", "replay:facts.jsonl"
+    name: str
+    #: the version of the prompts (or rules) that produced the facts
+    prompt_version: str | None
+    #: False for a judge that needs no re-search (a replay)
+    needs_research: bool
+    #: True when `judge(..., grounding=False)` saves work (the LLM judge skips its grounding call);
+    #: a judge that cannot skip it ignores the flag and establishes grounding anyway
+    can_skip_grounding: bool
+
+    @property
+    def usage(self) -> Usage:
+        """Model calls and tokens spent so far."""
+        ...
+
+    async def judge(
+        self,
+        trace: Trace,
+        research: list[Passage] | None,
+        comment: str | None,
+        base: Facts,
+        *,
+        grounding: bool = True,
+    ) -> Facts:
+        """Return `base` (the facts the trace proves) completed with the judged facts. With
+        `grounding=False`, `answer_grounded` and `answer_declined` may stay unestablished."""
+        ...

@@ -1,0 +1,147 @@
+"""The nightly job: votes in, verdicts and scores out. `run_feedback` is the one core call.
+
+Every thumbs-down ends either triaged (and written, with `write`), or listed as `Undecided` with a
+reason. The flow: read the window's votes, group them by trace (sessions resolved), drop traces
+already triaged under this rule version, then stream the rest (`triage.engine.stream`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+from triage.domain.config import TriageConfig
+from triage.domain.outcome import RunResult
+from triage.domain.ports import Backend, Judge, ScoreSink, Searcher, SourceStats, TraceSource, VoteSource
+from triage.engine.ledger import Ledger
+from triage.engine.lifecycle import open_searcher, stop_on_sigterm
+from triage.engine.options import RunOptions, window
+from triage.engine.sessions import votes_by_trace
+from triage.engine.stream import Stream
+from triage.engine.verdicts import VerdictMaker
+from triage.judges.heuristic import HeuristicJudge
+from triage.search.local import Researcher
+from triage.sinks.facts_file import open_facts_file
+
+log = logging.getLogger("triage")
+
+TRIAGED_PER_READ = 100
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where a run reads votes and traces and writes scores, and whose requests it counts."""
+
+    votes: VoteSource
+    traces: TraceSource
+    scores: ScoreSink
+    stats: SourceStats
+
+    @classmethod
+    def of(cls, backend: Backend) -> Sources:
+        """All three from one system (Langfuse, or the embedded store)."""
+        return cls(votes=backend, traces=backend, scores=backend, stats=backend.stats)
+
+
+async def run_feedback(
+    *,
+    sources: Sources,
+    judge: Judge,
+    config: TriageConfig,
+    options: RunOptions,
+    searcher: AbstractAsyncContextManager[Searcher] | None = None,
+) -> RunResult:
+    """Triage every thumbs-down in the window. The one core function behind `triage feedback`."""
+    started = time.monotonic()
+    start, end = window(options, config)
+    result = RunResult(
+        start=start,
+        end=end,
+        write=options.write,
+        judge=judge.name,
+        shard=options.shard,
+        input_price=config.judge.input_price_per_mtok,
+        output_price=config.judge.output_price_per_mtok,
+    )
+    log.info(
+        "window %s .. %s, judge %s%s",
+        start.isoformat(timespec="minutes"),
+        end.isoformat(timespec="minutes"),
+        judge.name,
+        f", shard {options.shard.index}/{options.shard.count}" if options.shard.count > 1 else "",
+        extra={"event": "start"},
+    )
+    votes = await asyncio.to_thread(sources.votes.votes, config.scores.vote, start, end)
+    result.votes_seen = len(votes)
+    down = [
+        v for v in votes if v.is_thumbs_down and options.shard.owns(v.trace_id or f"session:{v.session_id}")
+    ]
+    result.thumbs_down = len(down)
+    del votes
+
+    ledger = Ledger(result, sources.traces)
+    with open_facts_file(options.facts_file) as facts_out:
+        async with open_searcher(searcher if judge.needs_research else None) as (live, down_reason):
+            researcher = (
+                Researcher(live, config.collections, config.search.top_k, config.search.use_comment)
+                if live is not None
+                else None
+            )
+            verdicts = VerdictMaker(
+                judge=judge,
+                no_search_judge=HeuristicJudge(),
+                config=config,
+                ledger=ledger,
+                researcher=researcher,
+                search_down=down_reason if judge.needs_research else None,
+                facts_out=facts_out,
+                concurrency=options.concurrency,
+            )
+            by_trace = await asyncio.to_thread(votes_by_trace, sources.traces, down, ledger)
+            # from here each trace's votes travel with it and are dropped once it is done, so memory
+            # stays flat however large the window
+            del down
+            trace_ids = sorted(by_trace)
+            if not options.force and trace_ids:
+                done = await _already_triaged(sources.scores, trace_ids, config)
+                result.already_triaged = len(done)
+                trace_ids = [t for t in trace_ids if t not in done]
+                for trace_id in done:
+                    del by_trace[trace_id]
+            log.info(
+                "%d votes, %d thumbs-down on %d traces; %d already triaged, %d to triage",
+                result.votes_seen,
+                result.thumbs_down,
+                len(trace_ids) + result.already_triaged,
+                result.already_triaged,
+                len(trace_ids),
+                extra={"event": "plan", "to_triage": len(trace_ids)},
+            )
+            stop = asyncio.Event()  # set on SIGTERM: in-flight traces finish, the rest are listed
+            stream = Stream(
+                traces=sources.traces,
+                scores=sources.scores,
+                config=config,
+                options=options,
+                ledger=ledger,
+                verdicts=verdicts,
+                stop=stop,
+            )
+            with stop_on_sigterm(stop):
+                await stream.run(by_trace, trace_ids)
+            result.search_calls = researcher.calls if researcher else 0
+    result.usage = judge.usage
+    result.requests = sources.stats.requests
+    result.elapsed = time.monotonic() - started
+    return result
+
+
+async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: TriageConfig) -> set[str]:
+    done: set[str] = set()
+    for i in range(0, len(trace_ids), TRIAGED_PER_READ):
+        chunk = trace_ids[i : i + TRIAGED_PER_READ]
+        done |= await asyncio.to_thread(scores.triaged, chunk, config.scores.layer, config.rule_version)
+    return done

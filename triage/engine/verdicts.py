@@ -1,0 +1,142 @@
+"""One trace to one verdict: re-search, judge, rule, component and owners, then its scores."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import IO
+
+from triage.domain.config import TriageConfig
+from triage.domain.outcome import Entry, shorten
+from triage.domain.ownership import component_from_sources, find_component, owners
+from triage.domain.ports import Judge
+from triage.domain.records import Facts, Passage, ScoreWrite, Trace, Verdict, Vote
+from triage.domain.rule import Undetermined, decide, explain
+from triage.domain.scores import score_id, score_timestamp
+from triage.engine.ledger import Ledger, comments
+from triage.errors import JudgeError, JudgeRejected, SearchError
+from triage.search.local import Researcher
+from triage.sinks.facts_file import write_facts_line
+
+
+class VerdictMaker:
+    """Triage of one trace at a time, at most `concurrency` judged at once."""
+
+    def __init__(
+        self,
+        *,
+        judge: Judge,
+        no_search_judge: Judge,
+        config: TriageConfig,
+        ledger: Ledger,
+        researcher: Researcher | None,
+        search_down: str | None,
+        facts_out: IO[str] | None,
+        concurrency: int,
+    ) -> None:
+        self.judge = judge
+        #: the trace alone proves the layer when the agent never searched: no model is asked, only
+        #: the free checks run (invented specifics, decline phrases, injection)
+        self.no_search_judge = no_search_judge
+        self.config = config
+        self.ledger = ledger
+        self.researcher = researcher
+        self.search_down = search_down
+        self.facts_out = facts_out
+        self.gate = asyncio.Semaphore(concurrency)
+
+    async def triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreWrite]] | None:
+        """The entry and its scores; None when the trace is listed as undecided instead."""
+        comment = "\n".join(comments(votes)) or None
+        base = Facts(
+            agent_searched=trace.searched,
+            agent_searched_collections=sorted(trace.searched_collections),
+        )
+        research: list[Passage] | None = None
+        search_problem = self.search_down
+        judge = self.judge if trace.searched else self.no_search_judge
+        async with self.gate:
+            if judge.needs_research and self.researcher is not None and trace.searched:
+                try:
+                    research = await self.researcher.research(trace, comment)
+                except SearchError as ex:
+                    search_problem = str(ex)
+            try:
+                facts = await judge.judge(trace, research, comment, base)
+            except JudgeRejected as ex:
+                self.ledger.skip(votes, trace.id, "rejected", f"judge output rejected: {ex}", trace.question)
+                return None
+            except JudgeError as ex:
+                self.ledger.skip(votes, trace.id, "unavailable", f"judge unavailable: {ex}", trace.question)
+                return None
+        try:
+            layer = decide(facts, self.config.agent.issues_collection)
+        except Undetermined as ex:
+            why = (
+                f"search unavailable ({search_problem})"
+                if ex.missing == "index_has_answer" and search_problem
+                else "the judge could not establish it"
+            )
+            self.ledger.skip(votes, trace.id, "unavailable", f"{ex}: {why}", trace.question)
+            return None
+        component = (
+            component_from_sources(facts.answer_sources, self.config)
+            or (facts.component if facts.component in self.config.components else None)
+            or find_component([], trace.question, comment, self.config)
+        )
+        reason = explain(layer, facts)
+        verdict = Verdict(
+            trace_id=trace.id,
+            layer=layer,
+            component=component,
+            owners=owners(layer, component, self.config),
+            reason=reason,
+            facts=facts,
+            rule_version=self.config.rule_version,
+            # the judge that produced these facts, not the one configured: a no-search trace is
+            # judged by `no_search_judge`, and a judge-vs-human measurement must know it
+            judge=judge.name,
+            prompt_version=judge.prompt_version,
+        )
+        if self.facts_out is not None:
+            # the local run file: what `--judge replay:FILE` reads back
+            self.facts_out.write(
+                write_facts_line(trace.id, facts, judge=verdict.judge, prompt_version=verdict.prompt_version)
+                + "\n"
+            )
+        entry = Entry(
+            trace_id=trace.id,
+            layer=layer,
+            component=component,
+            owners=verdict.owners,
+            reason=reason,
+            question=shorten(trace.question),
+            comments=comments(votes),
+            url=trace.url,
+            injection_suspected=facts.injection_suspected,
+        )
+        return entry, self.scores_for(verdict, trace, votes)
+
+    def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote]) -> list[ScoreWrite]:
+        names = self.config.scores
+        stamp = score_timestamp(trace.start_time, min(v.timestamp for v in votes))
+        metadata = {
+            "facts": verdict.facts.model_dump(mode="json"),
+            "judge": verdict.judge,
+            "prompt_version": verdict.prompt_version,
+            "rule_version": verdict.rule_version,
+            "owners": verdict.owners,
+            "votes": [v.id for v in votes],
+        }
+        return [
+            ScoreWrite(
+                id=score_id(trace.id, name, verdict.rule_version),
+                trace_id=trace.id,
+                name=name,
+                value=value,
+                comment=verdict.reason,
+                metadata=metadata,
+                timestamp=stamp,
+                environment=trace.environment,
+            )
+            for name, value in ((names.layer, verdict.layer.value), (names.component, verdict.component))
+        ]

@@ -1,0 +1,273 @@
+"""The judge's prompt templates, and the discipline for the untrusted text they carry.
+
+Templates live in a top-level `prompts/` folder (force-included in the wheel as `triage/prompts`).
+They are jinja2 templates rendered with `StrictUndefined`, so a missing variable is an error, not
+an empty string. Each template declares its version on its first line (`{#- version: x-v1 -#}`);
+`prompt_version()` joins those versions with a short hash of the template text, so an edit that
+forgets to bump the version still changes the version stored with every verdict.
+
+Untrusted text (question, comment, answer, passages, tool output) never goes into a template
+raw: `data()` strips control and zero-width characters and tag/nonce lookalikes, caps the length,
+and JSON-encodes it, and the templates place it inside tagged blocks that carry a per-call nonce.
+`injection_findings()` is a cheap deterministic detector for text that tries to instruct the
+judge, so flagging does not depend on the model noticing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from triage.domain.records import Evidence, Facts, Passage, Trace
+from triage.errors import ConfigError
+
+_VERSION_LINE = re.compile(r"^\{#-?\s*version:\s*([\w.-]+)\s*-?#\}")
+
+
+def prompt_dirs() -> list[Path]:
+    """Where templates are looked up: the package's `prompts` (an installed wheel), then
+    `<repo root>/prompts` (a source checkout)."""
+    package = Path(__file__).resolve().parents[1]  # triage/
+    return [d for d in (package / "prompts", package.parent / "prompts") if d.is_dir()]
+
+
+@cache
+def environment() -> jinja2.Environment:
+    dirs = prompt_dirs()
+    if not dirs:
+        raise ConfigError("the judge's prompt templates are missing (no prompts/ folder next to triage/)")
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # output is a chat message, not HTML; data is JSON-encoded before it gets here
+        keep_trailing_newline=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def template_source(name: str) -> str:
+    env = environment()
+    assert env.loader is not None
+    try:
+        source, _, _ = env.loader.get_source(env, name)
+    except jinja2.TemplateNotFound as ex:
+        raise ConfigError(f"prompt template {name!r} not found in {prompt_dirs()}") from ex
+    return source
+
+
+def render(name: str, **variables: Any) -> str:
+    try:
+        return environment().get_template(name).render(**variables).strip()
+    except jinja2.TemplateNotFound as ex:
+        raise ConfigError(f"prompt template {name!r} not found in {prompt_dirs()}") from ex
+
+
+def template_version(name: str) -> str:
+    found = _VERSION_LINE.match(template_source(name))
+    if not found:
+        raise ConfigError(f"prompt template {name!r} does not start with a '{{#- version: ... -#}}' line")
+    return found.group(1)
+
+
+def prompt_version(names: Sequence[str]) -> str:
+    """E.g. "containment-v1+grounding-v1@3f2a9c1d": declared versions plus a hash of all the text."""
+    digest = hashlib.sha256()
+    versions: list[str] = []
+    for name in names:
+        digest.update(name.encode() + b"\0" + template_source(name).encode() + b"\0")
+        version = template_version(name)
+        if version not in versions:
+            versions.append(version)
+    return "+".join(versions) + "@" + digest.hexdigest()[:8]
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(8)
+
+
+# --- untrusted text ------------------------------------------------------------------------------
+
+# Format characters (Cf: zero-width, bidi overrides, BOM ...) and control characters except
+# newline and tab: they hide text from a human reviewer while the model still reads it.
+_KEEP_CONTROLS = {"\n", "\t"}
+# Anything that looks like one of our block tags, opening or closing, plus chat-template markers.
+_TAG_LOOKALIKE = re.compile(
+    r"</?\s*(?:data|passage|passages|question|comment|answer|tool_call|tool_calls|tool|system|user|"
+    r"assistant|instructions?|rubric|nonce)\b[^<>]{0,200}>"
+    r"|<\|[a-z_]{2,20}\|>|\[/?INST\]|<</?SYS>>",
+    re.IGNORECASE,
+)
+_NONCE_ATTR = re.compile(r"\bnonce\s*[=:]\s*[\"']?[\w-]*[\"']?", re.IGNORECASE)
+
+
+def _ascii_controls() -> re.Pattern[str]:
+    dropped = "".join(chr(c) for c in [*range(0x20), 0x7F] if chr(c) not in _KEEP_CONTROLS)
+    return re.compile(f"[{re.escape(dropped)}]")
+
+
+_ASCII_CONTROLS = _ascii_controls()
+
+
+def clean(text: str, limit: int, nonce: str | None = None) -> str:
+    """Untrusted text made safe to embed: invisible characters, tag and nonce lookalikes removed,
+    length capped (with a visible marker)."""
+    if text.isascii():
+        # the common case, and a hot path (tens of KB per trace): in ASCII only controls are invisible
+        text = _ASCII_CONTROLS.sub("", text)
+    else:
+        text = "".join(
+            ch
+            for ch in text
+            if ch in _KEEP_CONTROLS or unicodedata.category(ch) not in {"Cc", "Cf", "Co", "Cs"}
+        )
+    if nonce:
+        text = text.replace(nonce, "")
+    text = _TAG_LOOKALIKE.sub("[tag removed]", text)
+    text = _NONCE_ATTR.sub("[nonce removed]", text)
+    if len(text) > limit:
+        text = text[:limit] + " [truncated]"
+    return text
+
+
+def clean_value(value: Any, limit: int, nonce: str | None = None) -> Any:
+    """`clean` applied to every string inside a JSON-like value (tool arguments)."""
+    if isinstance(value, str):
+        return clean(value, limit, nonce)
+    if isinstance(value, Mapping):
+        return {clean(str(k), 100, nonce): clean_value(v, limit, nonce) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_value(v, limit, nonce) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return clean(str(value), limit, nonce)
+
+
+def encode(value: Any) -> str:
+    """JSON, so that quotes, newlines and brackets inside the data cannot end the block."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+# --- the cheap injection detector ----------------------------------------------------------------
+
+_VERDICT_WORDS = (
+    r"ok|okay|fine|correct|grounded|ungrounded|supported|faithful|accurate|good|pass(?:ed)?|"
+    r"contains?[_ ]answer|no[_ ]answer|declined|not[_ ]declined|retrieval|generation|tool[_ ]routing|"
+    r"content[_ ]gap\w*|agent[_ ]skipped\w*|relevant|irrelevant|hallucinat\w*|true|false|high|low"
+)
+_INJECTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "ignore-instructions",
+        re.compile(
+            r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:all\s+|any\s+|the\s+|your\s+|these\s+|those\s+)*"
+            r"(?:previous|prior|above|earlier|preceding|system|original|other)?\s*"
+            r"(?:instructions?|prompts?|rules|directions|guidelines|rubric|context)",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "verdict-order",
+        re.compile(
+            rf"\b(?:classify|label|mark|rate|score|judge|grade|triage|categori[sz]e|treat|consider|evaluate)\s+"
+            rf"(?:this|it|that|the\s+(?:answer|response|trace|passage|output|question))?\s*(?:as|to\s+be)\s+"
+            rf"[\"'`]?(?:{_VERDICT_WORDS})\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "verdict-claim",
+        re.compile(
+            r"\b(?:the\s+)?(?:answer|response|output)\s+(?:is|was)\s+(?:fully\s+|completely\s+)?"
+            r"(?:grounded|supported by the (?:passages|docs|documentation|sources)|faithful)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "addressed-to-judge",
+        re.compile(
+            r"\b(?:note|message|instructions?|attention)\s+(?:to|for)\s+(?:the\s+|any\s+)?"
+            r"(?:ai|llm|model|judge|evaluator|grader|reviewer|classifier|assistant)\b"
+            r"|\b(?:dear|hey|attention)\s+(?:ai|llm|judge|evaluator|grader|reviewer|classifier)\b"
+            r"|\byou\s+are\s+now\b|\bnew\s+instructions?\s*:"
+            r"|\b(?:as|to)\s+the\s+(?:judge|evaluator|grader|reviewer)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "fake-role-line",
+        re.compile(
+            r"(?:^|\n)\s*(?:#+\s*|\[|<)?(?:system|assistant|developer)(?:\]|>)?\s*:\s*\S+(?:[ \t]+\S+){2,}"
+            r"|<\|im_start\|>|\[INST\]|<<SYS>>",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "fake-verdict-json",
+        re.compile(
+            r"[\"'](?:retrieved_has_answer|index_has_answer|answer_grounded|answer_declined|"
+            r"injection_suspected|verdict|label|layer|triage_layer|grounding|declined)[\"']\s*:",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "fake-tag",
+        re.compile(
+            r"</?\s*(?:data|passage|question|comment|answer|tool_call|system)\b[^<>]{0,200}>|nonce\s*=",
+            re.IGNORECASE,
+        ),
+    ),
+]
+
+
+def injection_findings(fields: Iterable[tuple[str, str | None]]) -> list[str]:
+    """ "<field>: <pattern>" for every field whose text tries to instruct or fool the judge.
+
+    Run on the raw text (before `clean`), so stripped lookalike tags are still reported.
+    """
+    found: list[str] = []
+    for field, text in fields:
+        if not text:
+            continue
+        # invisible characters are removed first so "ign\u200bore previous instructions" still matches
+        visible = text if text.isascii() else "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+        for label, pattern in _INJECTION_PATTERNS:
+            if pattern.search(visible):
+                found.append(f"{field}: {label}")
+    return list(dict.fromkeys(found))
+
+
+def trace_findings(trace: Trace, research: Sequence[Passage] | None, comment: str | None) -> list[str]:
+    """`injection_findings` over every piece of untrusted text a trace carries."""
+    return injection_findings(
+        [
+            ("question", trace.question),
+            ("comment", comment),
+            ("answer", trace.answer),
+            *(
+                (f"passage {p.id}", f"{p.title or ''}\n{p.text}")
+                for p in [*trace.passages, *(research or [])]
+            ),
+            *((f"tool output T{n}", c.output) for n, c in enumerate(trace.tool_calls, start=1)),
+        ]
+    )
+
+
+def flag(facts: Facts, findings: list[str]) -> Facts:
+    """`facts` marked `injection_suspected`, with the findings as the evidence note."""
+    if not findings:
+        return facts
+    note = "; ".join(findings)[:1000]
+    old = facts.evidence.get("injection_suspected")
+    if old and old.note:
+        note = f"{note}; {old.note}"[:1000]
+    evidence = {**facts.evidence, "injection_suspected": Evidence(confidence="high", note=note)}
+    return facts.model_copy(update={"injection_suspected": True, "evidence": evidence})

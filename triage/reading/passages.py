@@ -1,0 +1,162 @@
+"""Passages out of a search tool's output, as the docs agent's search server formats it.
+
+Structured `citations` first (their text from the matching Markdown block), else the
+`### Result i (score: x)` Markdown blocks with their `**Source:**` lines, else `**Source:**` blocks
+cut at `---`, else the whole text as one passage. Used on live MCP results and on tool outputs
+logged in traces alike.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from triage.domain.records import Passage
+
+ERROR_PREFIXES = ("Search failed:", "Search rejected:")
+# "No results found for your query.", "No issues found ...", "No code results found ..."
+_EMPTY = re.compile(r"^No\b[^\n.]{0,40}\bfound\b", re.IGNORECASE)
+_RESULT_HEADER = re.compile(
+    r"^###\s+Result\s+(?P<n>\d+)(?:\s+\[(?P<cid>[^\]\s]+)\])?(?:\s+\(score:\s*(?P<score>[-+0-9.eE]+)\))?[^\n]*$",
+    re.MULTILINE,
+)
+_META_LINE = re.compile(r"^\*\*(?P<key>[A-Za-z][A-Za-z ]*):\*\*\s*(?P<value>.*)$")
+_SEPARATOR = re.compile(r"\n---\s*$")
+_SOURCE_LINE = re.compile(r"^\*\*Source:\*\*\s*<?(\S+?)>?\s*$", re.MULTILINE)
+
+
+@dataclass
+class _Block:
+    number: int
+    cid: str | None
+    score: float | None
+    meta: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def markdown_blocks(text: str) -> list[_Block]:
+    """The `### Result i [cid] (score: x)` blocks of a docs-agent result, with their `**Key:**` lines.
+
+    Blocks are cut at result headers only, never at `---`, because YAML bodies contain `---` too.
+    """
+    headers = list(_RESULT_HEADER.finditer(text))
+    blocks = []
+    for header, following in zip(headers, [*headers[1:], None], strict=False):
+        body = text[header.end() : following.start() if following else len(text)]
+        body = _SEPARATOR.sub("", body.rstrip()).strip("\n")
+        block = _Block(int(header.group("n")), header.group("cid"), _float(header.group("score")))
+        lines = body.split("\n")
+        while lines and (meta := _META_LINE.match(lines[0].strip())):
+            block.meta[meta.group("key").strip().lower()] = meta.group("value").strip()
+            lines.pop(0)
+        block.text = "\n".join(lines).strip()
+        blocks.append(block)
+    return blocks
+
+
+def _citation_text(citation: Mapping[str, Any]) -> str | None:
+    for key in ("text", "content", "snippet", "content_text"):
+        if isinstance(citation.get(key), str) and citation[key].strip():
+            return citation[key]
+    return None
+
+
+def _citations_and_text(text: str, structured: Any) -> tuple[list[Mapping[str, Any]], str]:
+    """Structured citations (or those of a JSON `{"citations", "markdown_summary"}` text) and the
+    Markdown that goes with them."""
+    if isinstance(structured, Mapping) and isinstance(structured.get("citations"), list):
+        return [c for c in structured["citations"] if isinstance(c, Mapping)], text
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return [], text
+        if isinstance(data, Mapping) and isinstance(data.get("citations"), list):
+            summary = data.get("markdown_summary")
+            return [c for c in data["citations"] if isinstance(c, Mapping)], (
+                summary if isinstance(summary, str) else ""
+            )
+    return [], text
+
+
+def passages_from_output(text: str, structured: Any, collection: str | None) -> list[Passage]:
+    """Passages of one successful search result: structured citations first (their text from the
+    matching Markdown block), else `**Source:**` Markdown blocks, else the whole text as one passage."""
+    prefix = collection or "search"
+    citations, markdown = _citations_and_text(text, structured)
+    blocks = markdown_blocks(markdown)
+    if citations:
+        by_cid = {b.cid: b for b in blocks if b.cid}
+        passages = []
+        for i, cite in enumerate(citations, 1):
+            cid = str(cite.get("id")) if cite.get("id") is not None else None
+            block = by_cid.get(cid) if cid else None
+            if block is None and not by_cid and i <= len(blocks):
+                block = blocks[i - 1]  # no ids on either side: pair them by position
+            body = _citation_text(cite) or (block.text if block else None)
+            if not body:
+                continue
+            url = cite.get("url") or (block.meta.get("source") if block else None) or None
+            title = cite.get("title") or cite.get("section") or (block.meta.get("section") if block else None)
+            score = _float(cite.get("score"))
+            passages.append(
+                Passage(
+                    id=f"{prefix}#{i}",
+                    source_url=str(url) if url else None,
+                    collection=collection,
+                    text=body,
+                    title=str(title) if title else None,
+                    score=score if score is not None else (block.score if block else None),
+                )
+            )
+        return passages
+    if blocks:
+        return [
+            Passage(
+                id=f"{prefix}#{i}",
+                source_url=b.meta.get("source") or None,
+                collection=collection,
+                text=b.text or "(empty)",
+                title=b.meta.get("section") or None,
+                score=b.score,
+            )
+            for i, b in enumerate(blocks, 1)
+        ]
+    if not text.strip() or _EMPTY.match(text.strip()):
+        return []
+    if _SOURCE_LINE.search(text):
+        return _source_blocks(text, prefix, collection)
+    # some other server's plain answer: keep it, without a source
+    return [Passage(id=f"{prefix}#1", collection=collection, text=text.strip())]
+
+
+def _source_blocks(text: str, prefix: str, collection: str | None) -> list[Passage]:
+    """`**Source:** <url>` blocks without result headers, cut at `---` lines."""
+    found: list[Passage] = []
+    for block in re.split(r"^\s*---\s*$", text, flags=re.MULTILINE):
+        source = _SOURCE_LINE.search(block)
+        if source:
+            body = _SOURCE_LINE.sub("", block).strip()
+            found.append(
+                Passage(
+                    id=f"{prefix}#{len(found) + 1}",
+                    source_url=source.group(1),
+                    collection=collection,
+                    text=body,
+                )
+            )
+    return found
+
+
+def is_error_text(text: str) -> bool:
+    return text.lstrip().startswith(ERROR_PREFIXES)

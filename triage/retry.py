@@ -1,0 +1,190 @@
+"""One retry policy for every outside system (Langfuse, the judge's model server, the MCP server).
+
+tenacity does the looping; this module says how long to wait and when to give up, the same way
+everywhere: a server's `Retry-After` (or `retry-after-ms`) first, else exponential back-off with
+jitter, within a number of attempts and an optional deadline. Time comes from a `Clock`, so tests
+and benchmarks run retries in virtual time (`use_clock`) instead of sleeping for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_never,
+    wait_exponential_jitter,
+)
+from tenacity.stop import stop_base
+
+
+class Clock(Protocol):
+    """Where waiting happens: the system's clock, or a virtual one in tests."""
+
+    def monotonic(self) -> float: ...
+
+    def now(self) -> datetime: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def async_sleep(self, seconds: float) -> Awaitable[None]: ...
+
+
+class SystemClock:
+    """Real time."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def async_sleep(self, seconds: float) -> Awaitable[None]:
+        return asyncio.sleep(seconds)
+
+
+_clock: Clock = SystemClock()
+
+
+def current_clock() -> Clock:
+    """The clock policies use when none is given: the system's, unless `use_clock` says otherwise."""
+    return _clock
+
+
+@contextmanager
+def use_clock(clock: Clock) -> Iterator[Clock]:
+    """Run everything inside on `clock` (a virtual clock makes every back-off instant)."""
+    global _clock
+    previous, _clock = _clock, clock
+    try:
+        yield clock
+    finally:
+        _clock = previous
+
+
+def retry_after(headers: Mapping[str, str] | None, now: datetime | None = None) -> float | None:
+    """Seconds a server asked us to wait: `retry-after-ms`, else `Retry-After` as seconds (fractions
+    allowed) or an HTTP date. None when there is no usable header."""
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    if (ms := lowered.get("retry-after-ms")) is not None:
+        try:
+            return max(float(ms) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - (now or current_clock().now())).total_seconds(), 0.0)
+
+
+class _Deadline(stop_base):
+    """Stop when the next wait would end past the deadline (measured on the policy's clock)."""
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
+        self.started = clock.monotonic()
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        upcoming = retry_state.upcoming_sleep or 0.0
+        return self.clock.monotonic() - self.started + upcoming >= self.seconds
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How one outside system is retried. Immutable; `with_` makes a variant."""
+
+    #: attempts in all, the first included; None: until the deadline
+    attempts: int | None = 4
+    #: seconds from the first attempt after which no retry starts; None: no deadline
+    deadline: float | None = None
+    #: first back-off (seconds); each later one doubles, up to `maximum`
+    initial: float = 0.5
+    maximum: float = 30.0
+    #: random extra of up to this many seconds per wait, so a burst of 429s does not retry in step;
+    #: None: as much as `initial`
+    jitter: float | None = None
+    #: the longest `Retry-After` honoured as asked (longer ones are cut to this); None: any
+    max_retry_after: float | None = None
+    #: None: `current_clock()` when the loop starts
+    clock: Clock | None = None
+
+    def with_(self, **changes: Any) -> RetryPolicy:
+        return replace(self, **changes)
+
+    def wait_for(self, state: RetryCallState, asked: float | None) -> float:
+        if asked is not None:
+            return asked if self.max_retry_after is None else min(asked, self.max_retry_after)
+        jitter = self.initial if self.jitter is None else self.jitter
+        return float(wait_exponential_jitter(initial=self.initial, max=self.maximum, jitter=jitter)(state))
+
+    def _options(
+        self,
+        clock: Clock,
+        retryable: Callable[[BaseException], bool],
+        asked: Callable[[BaseException], float | None] | None,
+        before_sleep: Callable[[RetryCallState], None] | None,
+    ) -> dict[str, Any]:
+        def wait(state: RetryCallState) -> float:
+            error = state.outcome.exception() if state.outcome else None
+            return self.wait_for(state, asked(error) if asked and error is not None else None)
+
+        stop: stop_base = stop_never if self.attempts is None else stop_after_attempt(self.attempts)
+        if self.deadline is not None:
+            stop = stop | _Deadline(clock, self.deadline)
+        return {
+            "retry": retry_if_exception(retryable),
+            "wait": wait,
+            "stop": stop,
+            "reraise": True,  # callers classify the last error themselves
+            "before_sleep": before_sleep,
+        }
+
+    def retrying(
+        self,
+        retryable: Callable[[BaseException], bool],
+        *,
+        retry_after: Callable[[BaseException], float | None] | None = None,
+        before_sleep: Callable[[RetryCallState], None] | None = None,
+    ) -> Retrying:
+        """A synchronous tenacity loop: `retrying(fn)` or `for attempt in retrying: with attempt: ...`."""
+        clock = self.clock or current_clock()
+        return Retrying(sleep=clock.sleep, **self._options(clock, retryable, retry_after, before_sleep))
+
+    def async_retrying(
+        self,
+        retryable: Callable[[BaseException], bool],
+        *,
+        retry_after: Callable[[BaseException], float | None] | None = None,
+        before_sleep: Callable[[RetryCallState], None] | None = None,
+    ) -> AsyncRetrying:
+        """The same loop for coroutines: `async for attempt in policy.async_retrying(...)`."""
+        clock = self.clock or current_clock()
+        return AsyncRetrying(
+            sleep=clock.async_sleep, **self._options(clock, retryable, retry_after, before_sleep)
+        )

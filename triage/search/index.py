@@ -1,0 +1,238 @@
+"""The embedded index: folders of Markdown and YAML, one collection per folder, BM25 via SQLite FTS5.
+
+Markdown is cut at headings (and long sections at paragraphs), YAML is kept whole per document;
+every chunk keeps the source URL of its file. URLs come from an `INDEX.jsonl` in the folder
+(`{"path", "url"}` per line), else from a `url:` front-matter key, else `base_url` + the path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triage.domain.config import IndexFolder
+from triage.domain.records import Passage
+from triage.errors import SearchError
+
+MAX_CHUNK_CHARS = 1800
+_FRONT_MATTER = re.compile(r"\A(?:\+\+\+\n(?P<toml>.*?)\n\+\+\+|---\n(?P<yaml>.*?)\n---)\s*\n", re.DOTALL)
+_HEADING = re.compile(r"^(#{1,4})\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+SUFFIXES = (".md", ".markdown", ".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    id: str
+    collection: str
+    source_url: str
+    title: str
+    text: str
+    #: filterable attributes: `repo`, `state` (issues), `kind` (YAML resources)
+    attrs: Mapping[str, str] = field(default_factory=dict)
+
+
+def _front_matter(text: str) -> tuple[dict[str, str], str]:
+    """Title and url from TOML or YAML front matter (simple `key = value` / `key: value` lines)."""
+    match = _FRONT_MATTER.match(text)
+    if not match:
+        return {}, text
+    block = match.group("toml") or match.group("yaml") or ""
+    meta: dict[str, str] = {}
+    for line in block.splitlines():
+        found = re.match(r"^(\w+)\s*[:=]\s*[\"']?(.*?)[\"']?\s*$", line)
+        if found:
+            meta.setdefault(found.group(1).lower(), found.group(2))
+    return meta, text[match.end() :]
+
+
+def _split_long(text: str) -> Iterator[str]:
+    if len(text) <= MAX_CHUNK_CHARS:
+        yield text
+        return
+    part = ""
+    for para in re.split(r"\n\s*\n", text):
+        if part and len(part) + len(para) > MAX_CHUNK_CHARS:
+            yield part
+            part = ""
+        part = f"{part}\n\n{para}" if part else para
+    if part:
+        yield part
+
+
+def chunk_markdown(body: str, title: str) -> Iterator[tuple[str, str]]:
+    """(heading path, text) pieces of a Markdown body, cut at headings."""
+    starts = [m.start() for m in _HEADING.finditer(body)]
+    bounds = [0, *starts, len(body)]
+    for begin, end in zip(bounds, bounds[1:], strict=False):
+        section = body[begin:end].strip()
+        if not section:
+            continue
+        heading = _HEADING.match(section)
+        label = f"{title} > {heading.group(2)}" if heading else title
+        for piece in _split_long(section):
+            if len(_WORD.findall(piece)) >= 3:
+                yield label, piece
+
+
+def _urls_from_index_file(folder: Path) -> dict[str, str]:
+    index_file = folder / "INDEX.jsonl"
+    if not index_file.exists():
+        return {}
+    urls: dict[str, str] = {}
+    for line in index_file.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if row.get("path") and row.get("url"):
+                urls[row["path"]] = row["url"]
+    return urls
+
+
+_GITHUB_REPO = re.compile(r"^https://github\.com/([^/]+/[^/]+)/")
+_YAML_KIND = re.compile(r"^kind:\s*[\"']?([A-Za-z0-9]+)", re.MULTILINE)
+
+
+def _attrs(url: str, meta: Mapping[str, str], text: str | None) -> dict[str, str]:
+    """Filterable attributes: repo from front matter or a GitHub URL, issue state, YAML kind."""
+    attrs: dict[str, str] = {}
+    repo = meta.get("repo") or meta.get("repo_name")
+    if not repo and (found := _GITHUB_REPO.match(url)):
+        repo = found.group(1)
+    if repo:
+        attrs["repo"] = repo
+    state = meta.get("state") or meta.get("issue_state")
+    if state:
+        attrs["state"] = state.lower()
+    if text is not None and (kind := _YAML_KIND.search(text)):
+        attrs["kind"] = kind.group(1)
+    return attrs
+
+
+def chunks_of_folder(folder: IndexFolder) -> Iterator[Chunk]:
+    root = Path(folder.path)
+    if not root.is_dir():
+        raise SearchError(f"index folder not found: {root}")
+    urls = _urls_from_index_file(root)
+    for path in sorted(root.rglob("*")):
+        if path.suffix.lower() not in SUFFIXES or not path.is_file():
+            continue
+        rel = path.relative_to(root).as_posix()
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix.lower() in (".md", ".markdown"):
+            meta, body = _front_matter(text)
+            title = meta.get("title") or path.stem
+            url = urls.get(rel) or meta.get("url") or _default_url(folder, rel)
+            attrs = _attrs(url, meta, None)
+            pieces = [(label, piece, attrs) for label, piece in chunk_markdown(body, title)]
+        else:
+            title = path.name
+            url = urls.get(rel) or _default_url(folder, rel)
+            docs = [d.strip() for d in re.split(r"^---\s*$", text, flags=re.MULTILINE)]
+            # each YAML document keeps its own `kind`, so a kind filter finds the right one
+            pieces = [(title, piece, _attrs(url, {}, d)) for d in docs if d for piece in _split_long(d)]
+        for n, (label, piece, attrs) in enumerate(pieces):
+            yield Chunk(f"{folder.collection}:{rel}#{n}", folder.collection, url, label, piece, attrs)
+
+
+def _default_url(folder: IndexFolder, rel: str) -> str:
+    if folder.base_url:
+        stem = re.sub(r"(/?_?index)?\.(md|markdown)$", "", rel)
+        return folder.base_url.rstrip("/") + "/" + (stem + "/" if stem else "")
+    return f"file://{(Path(folder.path) / rel).resolve()}"
+
+
+# question words that carry no topic; dropped from queries (unless nothing else is left)
+STOPWORDS = frozenset(
+    """a an and are as at be but by can could do does did for from have has how i if in into is it its me my
+    of on or our should so that the their then there these this to use using was we what when where which
+    while who why will with would you your""".split()
+)
+
+
+def fts_query(text: str) -> str:
+    """An FTS5 OR-query of the words of `text` (quoted, so user text is never FTS syntax)."""
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1))
+    topical = [w for w in words if w not in STOPWORDS]
+    return " OR ".join(f'"{w}"' for w in topical or words)
+
+
+def path_words(chunk_id: str) -> str:
+    """The words of a chunk's file path ("docs:components/katib/user-guides/early-stopping.md#2" ->
+    "components katib user guides early stopping"): pages are often named for what they answer."""
+    rel = chunk_id.split(":", 1)[-1].rsplit("#", 1)[0]
+    words = re.findall(r"[A-Za-z0-9]+", re.sub(r"\.(md|markdown|ya?ml)$", "", rel))
+    return " ".join(w for w in words if w.lower() not in {"index", "v1beta1", "examples"})
+
+
+class Index:
+    """An in-memory FTS5 index over chunks. Thread-safe for concurrent searches."""
+
+    #: BM25 weights of the title (page title > heading), the file path's words, and the text;
+    #: chosen on bench/questions.jsonl (see bench/README.md)
+    WEIGHTS = (2.0, 2.0, 1.0)
+
+    def __init__(self, chunks: Iterable[Chunk], *, weights: tuple[float, float, float] | None = None) -> None:
+        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._lock = threading.Lock()
+        self._weights = weights or self.WEIGHTS
+        self._db.execute(
+            "CREATE VIRTUAL TABLE chunks USING fts5("
+            "id UNINDEXED, collection UNINDEXED, source_url UNINDEXED, attrs UNINDEXED, title, path, text, "
+            "tokenize='porter unicode61')"
+        )
+        self._db.executemany(
+            "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                (
+                    c.id,
+                    c.collection,
+                    c.source_url,
+                    json.dumps(dict(c.attrs)),
+                    c.title,
+                    path_words(c.id),
+                    c.text,
+                )
+                for c in chunks
+            ),
+        )
+        self.collections: list[str] = [
+            row[0] for row in self._db.execute("SELECT DISTINCT collection FROM chunks ORDER BY 1")
+        ]
+        self.size: int = self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+    @classmethod
+    def from_folders(cls, folders: Sequence[IndexFolder]) -> Index:
+        return cls(chunk for folder in folders for chunk in chunks_of_folder(folder))
+
+    def search(
+        self, query: str, collection: str, top_k: int = 5, filters: Mapping[str, str] | None = None
+    ) -> list[Passage]:
+        """The `top_k` best chunks of `collection` for `query`; `filters` match chunk attributes
+        (`repo`, `state`, `kind`) case-insensitively."""
+        match = fts_query(query)
+        if not match:
+            return []
+        weights = ", ".join(str(float(w)) for w in self._weights)  # title, path, text
+        sql = (
+            # title and path matches weigh more than body matches; bm25() is lower-is-better
+            f"SELECT id, source_url, title, text, bm25(chunks, 0, 0, 0, 0, {weights}) AS rank "
+            "FROM chunks WHERE chunks MATCH ? AND collection = ?"
+        )
+        args: list[object] = [match, collection]
+        for key, value in (filters or {}).items():
+            if value:
+                sql += " AND lower(json_extract(attrs, ?)) = lower(?)"
+                args += [f"$.{key}", value]
+        sql += " ORDER BY rank LIMIT ?"
+        args.append(top_k)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [
+            Passage(id=cid, source_url=url, collection=collection, title=title, text=text, score=-rank)
+            for cid, url, title, text, rank in rows
+        ]

@@ -1,0 +1,84 @@
+"""The independent re-search: the trace's question (and the user's comment) against every collection.
+
+`LocalSearcher` searches the embedded index in-process; `triage.search.mcp_client.McpSearcher` searches
+through the agent's MCP server. Both implement `triage.domain.ports.Searcher`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from triage.domain.ports import Searcher
+from triage.domain.records import Passage, Trace
+from triage.search.index import Index
+
+
+class LocalSearcher:
+    """The embedded index, searched in a worker thread so the event loop keeps going."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    async def __aenter__(self) -> LocalSearcher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def search(self, query: str, collection: str, top_k: int) -> list[Passage]:
+        return await asyncio.to_thread(self.index.search, query, collection, top_k)
+
+
+class Researcher:
+    """Re-searches a trace's question in every collection; identical queries are made once.
+
+    The cache is bounded (least recently used out) so memory stays flat however large the window.
+    """
+
+    def __init__(
+        self,
+        searcher: Searcher,
+        collections: Sequence[str],
+        top_k: int,
+        use_comment: bool,
+        cache_size: int = 1024,
+    ) -> None:
+        self.searcher = searcher
+        self.collections = list(collections)
+        self.top_k = top_k
+        self.use_comment = use_comment
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple[str, str], asyncio.Future[list[Passage]]] = OrderedDict()
+        self.calls = 0
+
+    def _search(self, query: str, collection: str) -> asyncio.Future[list[Passage]]:
+        key = (query, collection)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        self.calls += 1
+        future = asyncio.ensure_future(self.searcher.search(query, collection, self.top_k))
+        self._cache[key] = future
+        if len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return future
+
+    async def research(self, trace: Trace, comment: str | None) -> list[Passage]:
+        """Passages S1..Sn, best first per collection, each source once. Raises `SearchError`."""
+        queries = [trace.question]
+        if self.use_comment and comment and comment.strip():
+            queries.append(f"{trace.question}\n{comment.strip()}")
+        tasks = [self._search(q, c) for c in self.collections for q in queries]
+        results = await asyncio.gather(*tasks)
+        passages: list[Passage] = []
+        seen: set[tuple[str | None, str]] = set()
+        for found in results:
+            for passage in found:
+                key = (passage.source_url, passage.text[:200])
+                if key in seen:
+                    continue
+                seen.add(key)
+                passages.append(passage.model_copy(update={"id": f"S{len(passages) + 1}"}))
+        return passages

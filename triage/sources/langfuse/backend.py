@@ -1,0 +1,120 @@
+"""The Langfuse source: votes and traces in, triage scores out (see ../shared/notes/langfuse.md).
+
+Calls go through the `langfuse` package's Fern API client (`LangfuseAPI`) on an injected httpx
+client; raw HTTP through the same client only where the SDK has no call or costs too much: v3
+score reads, the legacy trace and session reads, and a single-object score POST for servers that
+speak the older contract. The parts: `http` (plumbing, retries), `scores` and `traces` (reads),
+`writes` (both write contracts and the read-back), `links` (UI links), `wire` (shapes, mapping).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import httpx
+
+from triage.domain.ports import SourceStats
+from triage.domain.records import Observation, ScoreWrite, Vote, WriteOutcome
+from triage.errors import ConfigError
+from triage.retry import Clock, RetryPolicy
+from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
+from triage.sources.langfuse.links import LINKS_RETRY, TraceLinks
+from triage.sources.langfuse.scores import ScoreReads
+from triage.sources.langfuse.traces import TraceReads
+from triage.sources.langfuse.writes import ScoreWrites
+
+
+class LangfuseBackend:
+    """Vote source, trace source and score sink on Langfuse's public API (`triage.domain.ports`).
+
+    Synchronous; safe to share between threads. Open it (`with`) before use: opening reads the
+    project id for trace links, so `trace_url` never does I/O.
+    """
+
+    def __init__(
+        self,
+        *,
+        public_key: str,
+        secret_key: str,
+        base_url: str,
+        timeout: float = 30.0,
+        deadline_seconds: float = 600.0,
+        confirm_wait_seconds: float = 60.0,
+        httpx_client: httpx.Client | None = None,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        confirm_first_wait: float = 1.0,
+        clock: Clock | None = None,
+    ) -> None:
+        if not public_key or not secret_key:
+            raise ConfigError("Langfuse needs LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY")
+        self.stats = SourceStats()
+        self.retry: RetryPolicy = LANGFUSE_RETRY.with_(
+            deadline=deadline_seconds, initial=backoff_initial, maximum=backoff_max, clock=clock
+        )
+        self._http = LangfuseHttp(
+            public_key=public_key,
+            secret_key=secret_key,
+            base_url=base_url,
+            timeout=timeout,
+            retry=self.retry,
+            stats=self.stats,
+            httpx_client=httpx_client,
+        )
+        self.base_url = self._http.base_url
+        self._scores = ScoreReads(self._http)
+        self._traces = TraceReads(self._http)
+        self._writes = ScoreWrites(
+            self._http,
+            self._scores,
+            confirm_wait=confirm_wait_seconds,
+            confirm_first_wait=confirm_first_wait,
+            clock=clock,
+        )
+        self._links = TraceLinks(self.base_url)
+        self._links_retry = LINKS_RETRY.with_(clock=clock)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> LangfuseBackend:
+        """Resolve what later calls need without I/O (the project id for links)."""
+        self._links.resolve(self._http, self._links_retry)
+        return self
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> LangfuseBackend:
+        try:
+            return self.open()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- VoteSource -----------------------------------------------------------------------------
+
+    def votes(self, score_name: str, start: datetime, end: datetime) -> list[Vote]:
+        return self._scores.votes(score_name, start, end)
+
+    # -- TraceSource ----------------------------------------------------------------------------
+
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        return self._traces.session_traces(session_ids)
+
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
+        return self._traces.observations(trace_ids)
+
+    def trace_url(self, trace_id: str) -> str | None:
+        return self._links.url(trace_id)
+
+    # -- ScoreSink ------------------------------------------------------------------------------
+
+    def triaged(self, trace_ids: Sequence[str], score_name: str, rule_version: str) -> set[str]:
+        return self._scores.triaged(trace_ids, score_name, rule_version)
+
+    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+        return self._writes.write(scores)

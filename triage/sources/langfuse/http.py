@@ -1,0 +1,180 @@
+"""Plumbing for the Langfuse API: one httpx client, the SDK's Fern client on it, retries, counting.
+
+Every request is retried here (`triage.retry`), not by the SDK (its retries skip transport errors
+and timeouts): 429 waits for `Retry-After`, 5xx, 408, 409, timeouts and dropped connections back
+off exponentially, within the policy's deadline. 401/403 become `ConfigError`; anything else that
+fails becomes `LangfuseError`, or `HttpStatus` for the caller to classify.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import httpx
+import pydantic
+from langfuse.api.client import LangfuseAPI
+from langfuse.api.core.api_error import ApiError
+from langfuse.api.core.request_options import RequestOptions
+from tenacity import RetryCallState
+
+from triage.domain.ports import SourceStats
+from triage.errors import ConfigError, LangfuseError
+from triage.retry import RetryPolicy, retry_after
+
+log = logging.getLogger("triage.sources.langfuse")
+
+T = TypeVar("T")
+
+#: the default for Langfuse: until a 600 s deadline, waits from 0.5 s to 30 s
+LANGFUSE_RETRY = RetryPolicy(attempts=None, deadline=600.0, initial=0.5, maximum=30.0)
+
+
+class HttpStatus(Exception):
+    """A non-2xx answer, before it is classified."""
+
+    def __init__(self, status: int, headers: dict[str, str] | None, body: Any) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.headers = {k.lower(): v for k, v in (headers or {}).items()}
+        self.body = body
+
+    def detail(self) -> str:
+        text = self.body if isinstance(self.body, str) else json.dumps(self.body, default=str)
+        return f"HTTP {self.status}: {text[:300]}"
+
+
+def retryable(ex: BaseException) -> bool:
+    if isinstance(ex, HttpStatus):
+        return ex.status in {408, 409, 429} or ex.status >= 500
+    return isinstance(ex, httpx.TransportError)  # timeouts, refused and dropped connections
+
+
+def _asked_wait(ex: BaseException) -> float | None:
+    """A 429's `Retry-After`; other failures back off."""
+    if isinstance(ex, HttpStatus) and ex.status == 429:
+        return retry_after(ex.headers)
+    return None
+
+
+def short(ex: BaseException) -> str:
+    if isinstance(ex, HttpStatus):
+        return f"HTTP {ex.status}"
+    return type(ex).__name__
+
+
+def fail(what: str, ex: HttpStatus) -> LangfuseError:
+    return LangfuseError(f"{what} failed: {ex.detail()}")
+
+
+class LangfuseHttp:
+    """The shared client. Synchronous; safe to share between threads."""
+
+    def __init__(
+        self,
+        *,
+        public_key: str,
+        secret_key: str,
+        base_url: str,
+        timeout: float,
+        retry: RetryPolicy,
+        stats: SourceStats,
+        httpx_client: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retry = retry
+        self.stats = stats
+        self._auth = httpx.BasicAuth(public_key, secret_key)
+        self._own_client = httpx_client is None
+        self._http = httpx_client or httpx.Client(
+            timeout=timeout, limits=httpx.Limits(max_connections=16, max_keepalive_connections=16)
+        )
+        hooks = self._http.event_hooks
+        # every request the client sends, retries included, passes this hook
+        self._http.event_hooks = {**hooks, "request": [*hooks.get("request", []), self._count]}
+        self.api = LangfuseAPI(
+            base_url=self.base_url, username=public_key, password=secret_key, httpx_client=self._http
+        )
+        self.options: RequestOptions = {"max_retries": 0, "timeout_in_seconds": timeout}  # type: ignore[typeddict-item]
+
+    def close(self) -> None:
+        if self._own_client:
+            self._http.close()
+
+    def _count(self, request: httpx.Request) -> None:
+        self.stats.count_request()
+
+    def call(self, what: str, fn: Callable[[], T], *, retry: RetryPolicy | None = None) -> T:
+        """Run one request with retries; classify what finally fails."""
+
+        def attempt() -> T:
+            try:
+                return fn()
+            except ApiError as ex:
+                if ex.status_code is not None and 200 <= ex.status_code < 300:
+                    raise LangfuseError(f"{what}: unreadable response body") from ex
+                raise HttpStatus(ex.status_code or 0, ex.headers, ex.body) from ex
+            except pydantic.ValidationError as ex:
+                raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
+
+        def before_sleep(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            log.info(
+                "langfuse %s: retrying after %s (attempt %d)",
+                what,
+                short(error) if error else "?",
+                state.attempt_number,
+            )
+
+        retrying = (retry or self.retry).retrying(
+            retryable, retry_after=_asked_wait, before_sleep=before_sleep
+        )
+        try:
+            return retrying(attempt)
+        except HttpStatus as ex:
+            if ex.status in {401, 403}:
+                raise ConfigError(
+                    f"Langfuse refused the credentials ({what}, HTTP {ex.status}): check LANGFUSE_PUBLIC_KEY "
+                    "and LANGFUSE_SECRET_KEY, and that LANGFUSE_BASE_URL points at their project"
+                ) from None
+            raise
+        except httpx.TransportError as ex:
+            raise LangfuseError(f"{what}: {type(ex).__name__}: {ex} (gave up)") from ex
+
+    def raw(self, method: str, path: str, *, params: Any = None, json_body: Any = None) -> Any:
+        """One plain request through the shared client; the decoded JSON of a 2xx answer."""
+        response = self._http.request(
+            method,
+            f"{self.base_url}/{path}",
+            params=params,
+            json=json_body,
+            auth=self._auth,
+            timeout=self.timeout,
+        )
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        if not 200 <= response.status_code < 300:
+            raise HttpStatus(response.status_code, dict(response.headers), body)
+        if isinstance(body, str):
+            raise LangfuseError(f"{method} {path}: the answer is not JSON")
+        return body
+
+
+def paged(fetch: Callable[[str | None], Any], what: str) -> Iterator[Any]:
+    """The rows of every page of a cursor-paged listing, newest first, until the caller stops."""
+    cursor: str | None = None
+    seen: set[str] = set()
+    while True:
+        page = fetch(cursor)
+        yield from page.data
+        cursor = page.meta.cursor
+        if not cursor:
+            return
+        if cursor in seen:
+            raise LangfuseError(f"{what}: the server repeated a page cursor")
+        seen.add(cursor)

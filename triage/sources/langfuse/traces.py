@@ -1,0 +1,179 @@
+"""Reading traces: observations of many traces per request (v2 API), sessions, and the legacy API.
+
+Detected once per run: a server without `/v2/observations` (404) is read through the legacy trace
+and session API; one that refuses or ignores a traceId `any of` filter is read one trace at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import pydantic
+
+from triage.domain.records import Observation
+from triage.errors import LangfuseError
+from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, paged
+from triage.sources.langfuse.wire import (
+    as_utc,
+    chunks,
+    id_batches,
+    legacy_observation,
+    newer_observation,
+    to_observation,
+)
+
+log = logging.getLogger("triage.sources.langfuse")
+
+OBS_PAGE = 1000  # v2 observations: the documented maximum
+SESSIONS_PER_READ = 100
+OBS_FIELDS = "core,basic,time,io,metadata"
+
+
+class TraceReads:
+    def __init__(self, http: LangfuseHttp) -> None:
+        self.http = http
+        self.legacy: bool | None = None  # True: /v2/observations answers 404 (Langfuse v3)
+        self.filter_any_of = True  # False: the server refused a traceId `any of` filter
+
+    def _pages(self, what: str, **params: Any) -> Iterator[Any]:
+        def page(cursor: str | None) -> Any:
+            return self.http.call(
+                what,
+                lambda: self.http.api.observations.get_many(
+                    limit=OBS_PAGE, cursor=cursor, request_options=self.http.options, **params
+                ),
+            )
+
+        yield from paged(page, what)
+
+    def _v2_rows(self, what: str, **params: Any) -> list[Any] | None:
+        """All rows of a v2 observations query; None when the server has no such endpoint (404)."""
+        if self.legacy:
+            return None
+        try:
+            rows = list(self._pages(what, **params))
+        except HttpStatus as ex:
+            if ex.status == 404:
+                log.info("GET /api/public/v2/observations answers 404: reading the legacy trace API")
+                self.legacy = True
+                return None
+            raise
+        self.legacy = False
+        return rows
+
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
+        ids = list(dict.fromkeys(trace_ids))
+        result: dict[str, dict[str, Observation]] = {t: {} for t in ids}
+        for batch in id_batches(ids):
+            rows = self._batch_rows(batch)
+            if rows is None:
+                break  # legacy server: read every trace below
+            for row in rows:
+                obs = to_observation(row)
+                if obs.trace_id in result and newer_observation(obs, result[obs.trace_id].get(obs.id)):
+                    result[obs.trace_id][obs.id] = obs
+        if self.legacy:
+            for trace_id in ids:
+                result[trace_id] = {o.id: o for o in self._legacy_trace(trace_id)}
+        return {t: sorted(obs.values(), key=lambda o: (o.start_time, o.id)) for t, obs in result.items()}
+
+    def _batch_rows(self, batch: list[str]) -> list[Any] | None:
+        what = f"reading observations of {len(batch)} traces"
+        if self.filter_any_of:
+            condition = [{"type": "stringOptions", "column": "traceId", "operator": "any of", "value": batch}]
+            try:
+                rows = self._v2_rows(what, filter=json.dumps(condition), fields=OBS_FIELDS)
+            except HttpStatus as ex:
+                if ex.status not in {400, 422}:
+                    raise fail(what, ex) from None
+                log.info("the server refused a traceId `any of` filter: reading one trace per request")
+                self.filter_any_of = False
+            else:
+                wanted = set(batch)
+                if rows is None or all(r.trace_id in wanted for r in rows):
+                    return rows
+                # rows of other traces: the filter was ignored, so this server cannot batch
+                log.info("the server ignored the traceId filter: reading one trace per request")
+                self.filter_any_of = False
+        out: list[Any] = []
+        for trace_id in batch:
+            try:
+                rows = self._v2_rows(f"reading trace {trace_id}", trace_id=trace_id, fields=OBS_FIELDS)
+            except HttpStatus as ex:
+                raise fail(f"reading trace {trace_id}", ex) from None
+            if rows is None:
+                return None
+            out.extend(rows)
+        return out
+
+    def _legacy_trace(self, trace_id: str) -> list[Observation]:
+        what = f"reading trace {trace_id} (legacy API)"
+        path = f"api/public/traces/{quote(trace_id, safe='')}"
+        try:
+            body = self.http.call(
+                what, lambda: self.http.raw("GET", path, params={"fields": "core,io,observations"})
+            )
+        except HttpStatus as ex:
+            if ex.status == 404:
+                return []  # not (yet) there
+            raise fail(what, ex) from None
+        out: dict[str, Observation] = {}
+        for raw in body.get("observations") or []:
+            try:
+                obs = legacy_observation(raw, body, trace_id)
+            except (KeyError, pydantic.ValidationError) as ex:
+                raise LangfuseError(f"{what}: an observation does not match the API contract: {ex}") from ex
+            if newer_observation(obs, out.get(obs.id)):
+                out[obs.id] = obs
+        return list(out.values())
+
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        ids = list(dict.fromkeys(session_ids))
+        starts: dict[str, dict[str, datetime]] = {s: {} for s in ids}
+        for chunk in chunks(ids, SESSIONS_PER_READ):
+            what = f"reading {len(chunk)} sessions"
+            condition = [
+                {"type": "stringOptions", "column": "sessionId", "operator": "any of", "value": chunk},
+                {"type": "boolean", "column": "isRootObservation", "operator": "=", "value": True},
+            ]
+            try:
+                rows = self._v2_rows(what, filter=json.dumps(condition), fields="core,basic,time")
+            except HttpStatus as ex:
+                raise fail(what, ex) from None
+            if rows is None:
+                break
+            for row in rows:
+                if row.session_id in starts and row.trace_id:
+                    traces = starts[row.session_id]
+                    start = as_utc(row.start_time)
+                    if row.trace_id not in traces or start < traces[row.trace_id]:
+                        traces[row.trace_id] = start
+        if self.legacy:
+            for session_id in ids:
+                starts[session_id] = self._legacy_session(session_id)
+        return {
+            s: [t for t, _ in sorted(traces.items(), key=lambda kv: (kv[1], kv[0]))]
+            for s, traces in starts.items()
+        }
+
+    def _legacy_session(self, session_id: str) -> dict[str, datetime]:
+        what = f"reading session {session_id} (legacy API)"
+        try:
+            path = f"api/public/sessions/{quote(session_id, safe='')}"
+            body = self.http.call(what, lambda: self.http.raw("GET", path))
+        except HttpStatus as ex:
+            if ex.status == 404:
+                return {}
+            raise fail(what, ex) from None
+        out: dict[str, datetime] = {}
+        for trace in body.get("traces") or []:
+            try:
+                out[trace["id"]] = as_utc(datetime.fromisoformat(trace["timestamp"].replace("Z", "+00:00")))
+            except (KeyError, ValueError, AttributeError) as ex:
+                raise LangfuseError(f"{what}: a trace does not match the API contract: {ex}") from ex
+        return out

@@ -1,0 +1,243 @@
+"""Langfuse's wire shapes and their mapping to triage's records (pure: no I/O).
+
+Rows triage reads (ScoreV3, ObservationV2, the legacy trace and session bodies) become `Vote` and
+`Observation`; a `ScoreWrite` becomes one POST body, from which the SDK's request is derived.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import pydantic
+
+from triage.domain.records import Observation, ScoreWrite, Vote
+
+T = TypeVar("T")
+
+TRACES_PER_READ = 100  # trace ids per JSON `any of` filter
+FILTER_CHARS = 6000  # and at most this much filter text, to stay well inside URL limits
+POST_BYTES = 512 * 1024  # score chunks well under the 1 MiB body limit
+POST_SCORES = 500
+
+
+class ScoreRow(pydantic.BaseModel):
+    """One ScoreV3 row, only the fields triage reads."""
+
+    model_config = pydantic.ConfigDict(extra="ignore", populate_by_name=True)
+
+    id: str
+    name: str
+    data_type: str = pydantic.Field(alias="dataType")
+    value: Any = None
+    timestamp: datetime
+    updated_at: datetime = pydantic.Field(alias="updatedAt")
+    environment: str | None = None
+    comment: str | None = None
+    metadata: Any = None
+    subject: dict[str, Any] | None = None
+    author_user_id: str | None = pydantic.Field(default=None, alias="authorUserId")
+
+
+class ScoresMeta(pydantic.BaseModel):
+    cursor: str | None = None
+
+
+class ScoresPage(pydantic.BaseModel):
+    data: list[ScoreRow]
+    meta: ScoresMeta
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[list[T]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def as_utc(stamp: datetime) -> datetime:
+    return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
+
+
+def iso_z(stamp: datetime) -> str:
+    return as_utc(stamp).isoformat().replace("+00:00", "Z")
+
+
+def raw_io(value: Any) -> str | None:
+    """input/output as the v2 API sends them (a JSON-encoded string), whatever shape arrived."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def encoded(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def newer(row: ScoreRow, than: ScoreRow | None) -> bool:
+    """Whether score row `row` is newer than `than`: later timestamp, then later updatedAt."""
+    if than is None:
+        return True
+    return (as_utc(row.timestamp), as_utc(row.updated_at)) > (
+        as_utc(than.timestamp),
+        as_utc(than.updated_at),
+    )
+
+
+def newer_observation(obs: Observation, than: Observation | None) -> bool:
+    if than is None:
+        return True
+    if obs.updated_at is None:
+        return False
+    return than.updated_at is None or as_utc(obs.updated_at) > as_utc(than.updated_at)
+
+
+def vote_value(row: ScoreRow) -> float | None:
+    if row.data_type not in {"BOOLEAN", "NUMERIC"}:
+        return None  # a categorical or text score is not a vote
+    value = row.value
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    return None  # a categorical or text score is not a vote
+
+
+def to_vote(row: ScoreRow) -> Vote | None:
+    value = vote_value(row)
+    if value is None:
+        return None
+    metadata = row.metadata if isinstance(row.metadata, dict) else {}
+    subject = row.subject or {}
+    kind = subject.get("kind")
+    trace_id = session_id = None
+    turn: int | None = None
+    if kind == "trace":
+        trace_id = subject.get("id")
+    elif kind == "observation":
+        trace_id = subject.get("traceId")
+    elif kind == "session":
+        session_id = subject.get("id")
+        raw_turn = metadata.get("turn")
+        if isinstance(raw_turn, int | str) and not isinstance(raw_turn, bool) and str(raw_turn).isdigit():
+            turn = int(raw_turn)
+    elif kind is not None:
+        return None  # an experiment score is not a user's vote
+    user = metadata.get("userId") or metadata.get("user_id") or row.author_user_id
+    return Vote(
+        id=row.id,
+        trace_id=trace_id,
+        session_id=session_id,
+        turn=turn,
+        value=value,
+        comment=row.comment,
+        user_id=str(user) if user is not None else None,
+        timestamp=as_utc(row.timestamp),
+        updated_at=as_utc(row.updated_at),
+        environment=row.environment or "default",
+    )
+
+
+def to_observation(row: Any) -> Observation:
+    """An SDK ObservationV2 row."""
+    return Observation(
+        id=row.id,
+        traceId=row.trace_id or "",
+        type=row.type or "SPAN",
+        name=row.name,
+        parentObservationId=row.parent_observation_id,
+        startTime=row.start_time,
+        endTime=row.end_time,
+        input=raw_io(row.input),
+        output=raw_io(row.output),
+        metadata=row.metadata,
+        sessionId=row.session_id,
+        userId=row.user_id,
+        environment=row.environment,
+        isRootObservation=row.is_root_observation,
+        level=row.level,
+        statusMessage=row.status_message,
+        updatedAt=row.updated_at,
+    )
+
+
+def legacy_observation(raw: dict[str, Any], trace: dict[str, Any], trace_id: str) -> Observation:
+    """One observation of a legacy `GET /traces/{id}` body. Raises KeyError or ValidationError."""
+    return Observation(
+        id=raw["id"],
+        traceId=raw.get("traceId") or trace_id,
+        type=raw.get("type") or "SPAN",
+        name=raw.get("name"),
+        parentObservationId=raw.get("parentObservationId"),
+        startTime=raw["startTime"],
+        endTime=raw.get("endTime"),
+        # the legacy API parses input/output (a JSON string arrives as a plain str): re-encode
+        # every value so the reader sees the v2 API's raw-string shape
+        input=encoded(raw.get("input")),
+        output=encoded(raw.get("output")),
+        metadata=raw.get("metadata"),
+        sessionId=trace.get("sessionId"),
+        userId=trace.get("userId"),
+        environment=raw.get("environment") or trace.get("environment"),
+        isRootObservation=raw.get("parentObservationId") is None,
+        level=raw.get("level"),
+        statusMessage=raw.get("statusMessage"),
+        updatedAt=raw.get("updatedAt"),
+    )
+
+
+def id_batches(ids: Sequence[str]) -> Iterator[list[str]]:
+    """Trace ids in batches of at most TRACES_PER_READ and FILTER_CHARS of filter text."""
+    batch: list[str] = []
+    size = 0
+    for trace_id in ids:
+        cost = len(json.dumps(trace_id)) + 2
+        if batch and (len(batch) >= TRACES_PER_READ or size + cost > FILTER_CHARS):
+            yield batch
+            batch, size = [], 0
+        batch.append(trace_id)
+        size += cost
+    if batch:
+        yield batch
+
+
+def wire_score(score: ScoreWrite) -> dict[str, Any]:
+    """The camelCase POST body of one score."""
+    return {
+        "id": score.id,
+        "traceId": score.trace_id,
+        "name": score.name,
+        "value": score.value,
+        "dataType": score.data_type,
+        "comment": score.comment,
+        "metadata": score.metadata,
+        "environment": score.environment,
+        "source": "API",
+        # newer servers upsert on (id, timestamp); older ones ignore it and stamp the receive time
+        "timestamp": iso_z(score.timestamp),
+    }
+
+
+_SDK_NAMES = {"traceId": "trace_id", "dataType": "data_type"}
+
+
+def sdk_score(score: ScoreWrite) -> dict[str, Any]:
+    """The same body with the SDK's field names (`CreateScoreRequest` takes snake_case)."""
+    body = {_SDK_NAMES.get(k, k): v for k, v in wire_score(score).items()}
+    body["timestamp"] = as_utc(score.timestamp)
+    return body
+
+
+def post_chunks(scores: Iterable[ScoreWrite]) -> Iterator[list[ScoreWrite]]:
+    """Scores in chunks whose JSON body stays well under the 1 MiB limit."""
+    chunk: list[ScoreWrite] = []
+    size = 2
+    for score in scores:
+        cost = len(json.dumps(wire_score(score), default=str).encode()) + 1
+        if chunk and (size + cost > POST_BYTES or len(chunk) >= POST_SCORES):
+            yield chunk
+            chunk, size = [], 2
+        chunk.append(score)
+        size += cost
+    if chunk:
+        yield chunk

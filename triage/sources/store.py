@@ -1,0 +1,315 @@
+"""The embedded store: observations and scores in SQLite, in Langfuse's field names.
+
+Used when no Langfuse credentials are set: `triage import` loads an export into it and
+`triage feedback` reads votes and traces from it and writes scores to it, as it would to Langfuse.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from triage.domain.ports import SourceStats
+from triage.domain.records import Observation, ScoreWrite, Vote, WriteOutcome
+from triage.domain.scores import score_id
+from triage.errors import InputError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS observations (
+    id TEXT PRIMARY KEY, traceId TEXT NOT NULL, type TEXT, name TEXT, parentObservationId TEXT,
+    startTime TEXT NOT NULL, endTime TEXT, input TEXT, output TEXT, metadata TEXT, sessionId TEXT,
+    userId TEXT, environment TEXT, level TEXT, statusMessage TEXT, updatedAt TEXT
+);
+CREATE INDEX IF NOT EXISTS observations_trace ON observations (traceId);
+CREATE INDEX IF NOT EXISTS observations_session ON observations (sessionId);
+CREATE TABLE IF NOT EXISTS scores (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, value REAL, stringValue TEXT, dataType TEXT,
+    traceId TEXT, sessionId TEXT, observationId TEXT, comment TEXT, metadata TEXT, userId TEXT,
+    timestamp TEXT NOT NULL, source TEXT, environment TEXT, createdAt TEXT, updatedAt TEXT
+);
+CREATE INDEX IF NOT EXISTS scores_name_time ON scores (name, timestamp);
+"""
+
+_OBS_FIELDS = (
+    "id traceId type name parentObservationId startTime endTime input output metadata sessionId userId "
+    "environment level statusMessage updatedAt"
+).split()
+_SCORE_FIELDS = (
+    "id name value stringValue dataType traceId sessionId observationId comment metadata userId timestamp "
+    "source environment createdAt updatedAt"
+).split()
+
+
+def iso(value: datetime) -> str:
+    """One sortable text form for every time in the store (UTC, milliseconds, `Z`)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def _parse_time(value: Any, where: str) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError as ex:
+        raise InputError(f"{where}: not an ISO-8601 time: {value!r}") from ex
+
+
+def _as_raw(value: Any) -> str | None:
+    """Input/output are stored as Langfuse sends them: JSON-encoded strings."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+@dataclass
+class ImportCounts:
+    traces: int = 0
+    observations: int = 0
+    scores: int = 0
+
+
+class Store:
+    """A SQLite file (or `:memory:`): a vote source, trace source and score sink (`Backend`)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+        self.stats = SourceStats()  # stays at 0: an embedded store makes no requests
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._db:
+            yield self._db
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def import_lines(
+        self, lines: Sequence[str], source: str, shift: timedelta = timedelta(0)
+    ) -> ImportCounts:
+        """Load an export: one trace per line, `{"traceId", "observations": [...], "scores": [...]}`.
+
+        `shift` moves every time by the same amount (the demo stamps its votes relative to now).
+        The whole file is validated before anything is written, so a bad line loses nothing.
+        """
+        observations: list[dict[str, Any]] = []
+        scores: list[dict[str, Any]] = []
+        counts = ImportCounts()
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{source}, line {number}"
+            try:
+                row = json.loads(line)
+            except ValueError as ex:
+                raise InputError(f"{where}: not JSON: {ex}") from ex
+            if not isinstance(row, dict):
+                raise InputError(f"{where}: expected an object with observations and scores")
+            counts.traces += 1 if row.get("observations") else 0
+            for obs in row.get("observations") or []:
+                observations.append(self._observation_row(obs, row.get("traceId"), where, shift))
+            for score in row.get("scores") or []:
+                scores.append(self._score_row(score, where, shift))
+        with self._tx() as db:
+            db.executemany(
+                f"INSERT OR REPLACE INTO observations ({', '.join(_OBS_FIELDS)}) "
+                f"VALUES ({', '.join('?' * len(_OBS_FIELDS))})",
+                [tuple(o.get(f) for f in _OBS_FIELDS) for o in observations],
+            )
+            db.executemany(
+                f"INSERT OR REPLACE INTO scores ({', '.join(_SCORE_FIELDS)}) "
+                f"VALUES ({', '.join('?' * len(_SCORE_FIELDS))})",
+                [tuple(s.get(f) for f in _SCORE_FIELDS) for s in scores],
+            )
+        counts.observations, counts.scores = len(observations), len(scores)
+        return counts
+
+    def import_file(self, path: Path, shift: timedelta = timedelta(0)) -> ImportCounts:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as ex:
+            raise InputError(f"cannot read {path}: {ex.strerror or ex}") from ex
+        return self.import_lines(text.splitlines(), str(path), shift)
+
+    @staticmethod
+    def _observation_row(obs: Any, trace_id: Any, where: str, shift: timedelta) -> dict[str, Any]:
+        if not isinstance(obs, dict):
+            raise InputError(f"{where}: an observation must be an object")
+        data = dict(obs)
+        data.setdefault("traceId", trace_id)
+        for key in ("input", "output"):
+            data[key] = _as_raw(data.get(key))
+        try:
+            parsed = Observation.model_validate(data)
+        except ValidationError as ex:
+            first = ex.errors()[0]
+            raise InputError(
+                f"{where}: observation {data.get('id')!r}: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+            ) from ex
+        row = {f: data.get(f) for f in _OBS_FIELDS}
+        row["startTime"] = iso(parsed.start_time + shift)
+        row["endTime"] = iso(parsed.end_time + shift) if parsed.end_time else None
+        row["updatedAt"] = iso(parsed.updated_at + shift) if parsed.updated_at else row["startTime"]
+        row["metadata"] = json.dumps(data["metadata"]) if data.get("metadata") is not None else None
+        return row
+
+    @staticmethod
+    def _score_row(score: Any, where: str, shift: timedelta) -> dict[str, Any]:
+        if not isinstance(score, dict) or not score.get("id") or not score.get("name"):
+            raise InputError(f"{where}: a score needs at least an id and a name")
+        if not score.get("traceId") and not score.get("sessionId"):
+            raise InputError(f"{where}: score {score['id']!r} is on neither a trace nor a session")
+        row = {f: score.get(f) for f in _SCORE_FIELDS}
+        value = score.get("value")
+        if isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, str):
+            row["stringValue"], row["value"] = value, None
+        elif value is not None and not isinstance(value, (int, float)):
+            raise InputError(f"{where}: score {score['id']!r} has a value that is neither a number nor text")
+        else:
+            row["value"] = value
+        stamp = _parse_time(score.get("timestamp"), where) + shift
+        row["timestamp"] = iso(stamp)
+        row["updatedAt"] = (
+            iso(_parse_time(score["updatedAt"], where) + shift)
+            if score.get("updatedAt")
+            else row["timestamp"]
+        )
+        row["metadata"] = json.dumps(score["metadata"]) if score.get("metadata") is not None else None
+        return row
+
+    # -- the ports: VoteSource, TraceSource, ScoreSink ----------------------------------------
+
+    def votes(self, score_name: str, start: datetime, end: datetime) -> list[Vote]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM scores WHERE name = ? AND timestamp >= ? AND timestamp < ? ORDER BY timestamp DESC",
+                (score_name, iso(start), iso(end)),
+            ).fetchall()
+        votes = []
+        for row in rows:
+            meta = json.loads(row["metadata"]) if row["metadata"] else {}
+            turn = meta.get("turn") if isinstance(meta, dict) else None
+            votes.append(
+                Vote(
+                    id=row["id"],
+                    trace_id=row["traceId"],
+                    session_id=None if row["traceId"] else row["sessionId"],
+                    turn=int(turn) if isinstance(turn, (int, str)) and str(turn).isdigit() else None,
+                    value=row["value"] if row["value"] is not None else -1,
+                    comment=row["comment"],
+                    user_id=row["userId"],
+                    timestamp=_parse_time(row["timestamp"], "store"),
+                    updated_at=_parse_time(row["updatedAt"], "store") if row["updatedAt"] else None,
+                    environment=row["environment"] or "default",
+                )
+            )
+        return votes
+
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {s: [] for s in session_ids}
+        if not session_ids:
+            return found
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT sessionId, traceId, min(startTime) AS started FROM observations "
+                f"WHERE sessionId IN ({', '.join('?' * len(session_ids))}) AND parentObservationId IS NULL "
+                f"GROUP BY sessionId, traceId ORDER BY sessionId, started",
+                list(session_ids),
+            ).fetchall()
+        for row in rows:
+            found[row["sessionId"]].append(row["traceId"])
+        return found
+
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
+        found: dict[str, list[Observation]] = {t: [] for t in trace_ids}
+        if not trace_ids:
+            return found
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT * FROM observations WHERE traceId IN ({', '.join('?' * len(trace_ids))})",
+                list(trace_ids),
+            ).fetchall()
+        for row in rows:
+            data = dict(row)
+            data["metadata"] = json.loads(data["metadata"]) if data["metadata"] else None
+            data["isRootObservation"] = data["parentObservationId"] is None
+            found[row["traceId"]].append(Observation.model_validate(data))
+        return found
+
+    def triaged(self, trace_ids: Sequence[str], score_name: str, rule_version: str) -> set[str]:
+        wanted = {score_id(t, score_name, rule_version): t for t in trace_ids}
+        if not wanted:
+            return set()
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT id FROM scores WHERE id IN ({', '.join('?' * len(wanted))})", list(wanted)
+            ).fetchall()
+        return {wanted[row["id"]] for row in rows}
+
+    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+        now = iso(datetime.now(UTC))
+        with self._tx() as db:
+            # same id and timestamp: the row is overwritten, as Langfuse upserts
+            db.executemany(
+                "INSERT INTO scores (id, name, stringValue, value, dataType, traceId, comment, metadata, "
+                "timestamp, source, environment, createdAt, updatedAt) "
+                "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, 'API', ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET stringValue = excluded.stringValue, comment = excluded.comment, "
+                "metadata = excluded.metadata, updatedAt = excluded.updatedAt",
+                [
+                    (
+                        s.id,
+                        s.name,
+                        s.value,
+                        s.data_type,
+                        s.trace_id,
+                        s.comment,
+                        json.dumps(s.metadata),
+                        iso(s.timestamp),
+                        s.environment,
+                        now,
+                        now,
+                    )
+                    for s in scores
+                ],
+            )
+        return WriteOutcome(confirmed=[s.id for s in scores])
+
+    def trace_url(self, trace_id: str) -> str | None:
+        return None
+
+    # -- inspection (tests, `triage scores`) ---------------------------------------------------
+
+    def scores_named(self, name: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM scores WHERE name = ? ORDER BY traceId", (name,)
+            ).fetchall()
+        return [dict(r) for r in rows]
