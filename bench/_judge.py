@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openai_server import Block, Reply, asked_sets, call_kind, data_blocks  # noqa: E402
+from tests.doubles.openai_server import Block, Reply, asked_sets, call_kind, data_blocks  # noqa: E402
 
 BATCH_CALL = "batch_triage"
 LAYERS = ["ok", "generation", "retrieval", "content_gap_handled", "content_gap_hallucination"]
@@ -68,7 +68,7 @@ class Stats:
 
 
 class BenchModel:
-    """A responder for `tests/openai_server.OpenAIServer`; thread-safe (the server is threaded)."""
+    """A responder for `tests.doubles.openai_server.OpenAIServer`; thread-safe (the server is threaded)."""
 
     def __init__(self) -> None:
         self.stats = Stats()

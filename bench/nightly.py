@@ -4,9 +4,9 @@
                             [--rpm N] [--concurrency 16] [--batched default,equal|none]
                             [--markdown FILE] [--json FILE]
 
-On 127.0.0.1 it starts the Langfuse stand-in (tests/langfuse_server.py, per-request latency and an
+On 127.0.0.1 it starts the Langfuse stand-in (tests/doubles/langfuse_server.py, per-request latency and an
 optional requests-per-minute limit), `triage index serve` over ../shared/corpus (docs + code) as
-the MCP search server, and the OpenAI-compatible judge stand-in (tests/openai_server.py, a fixed
+the MCP search server, and the OpenAI-compatible judge stand-in (tests/doubles/openai_server.py, a fixed
 latency per call, valid replies: bench/_judge.py). Per N it loads N thumbs-down traces
 (bench/_traces.py), runs `triage feedback --write --judge llm` as a subprocess, then again (the
 rerun), then the same job written with `Langfuse.run_batched_evaluation` (bench/_batched.py) at
@@ -34,14 +34,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _judge import BenchModel, Stats  # noqa: E402
 from _traces import TraceFactory, corpus_missing  # noqa: E402
-from langfuse_server import LangfuseStandIn  # noqa: E402
-from openai_server import OpenAIServer  # noqa: E402
 
+from tests.doubles.langfuse_server import LangfuseStandIn  # noqa: E402
+from tests.doubles.openai_server import OpenAIServer  # noqa: E402
 from triage.config import load_config  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus"

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.doubles.clock import VirtualClock
+from triage.retry import use_clock
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
@@ -37,3 +40,10 @@ def corpus() -> Path:
             f"the shared corpus is not here ({CORPUS}); it ships only beside the project's own checkout"
         )
     return CORPUS
+
+
+@pytest.fixture
+def virtual_time() -> Iterator[VirtualClock]:
+    """Every retry back-off and confirm poll inside the test waits in virtual time (no real sleep)."""
+    with use_clock(VirtualClock()) as clock:
+        yield clock

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import openai
 import pytest
 
-from tests.openai_server import OpenAIServer
+from tests.doubles.openai_server import OpenAIServer
 from tests.test_llm_judge import ANSWER, base_for, honest, make_judge, make_trace, research
 from triage.domain.records import Layer, Passage
 from triage.domain.rule import decide

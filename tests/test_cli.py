@@ -11,8 +11,9 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from factories import lines, trace_line
 
+from tests.doubles.clock import VirtualClock
+from tests.factories import lines, trace_line
 from triage.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +132,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_search_server_down_degrades_the_run_exit_4(tmp_path: Path) -> None:
+def test_search_server_down_degrades_the_run_exit_4(tmp_path: Path, virtual_time: VirtualClock) -> None:
     at = datetime.now(UTC) - timedelta(hours=2)
     path = tmp_path / "export.jsonl"
     path.write_text(
@@ -156,6 +157,7 @@ def test_search_server_down_degrades_the_run_exit_4(tmp_path: Path) -> None:
     code, out, err = invoke("feedback", "--report", env={"TRIAGE_MCP_URL": dead})
     assert code == 4
     assert "search unavailable" in err
+    assert virtual_time.sleeps == [1.0, 2.0]  # three connection attempts before giving up
     assert "### agent_skipped_retrieval (1)" in out
     assert "## Not triaged (1)" in out and "`needs`" in out
 

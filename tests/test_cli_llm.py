@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from openai_server import OpenAIServer, keyword_responder
 
+from tests.doubles.clock import VirtualClock
+from tests.doubles.openai_server import OpenAIServer, keyword_responder
 from triage.cli import cli
 from triage.compose import DEMO_DIR, demo_shift
 from triage.sources.store import Store
@@ -66,7 +67,7 @@ def test_feedback_with_a_model_judge_end_to_end(demo_store: Path, judge: str) ->
         assert again.exit_code == 0 and server.calls == 0
 
 
-def test_judge_down_degrades_the_run(demo_store: Path) -> None:
+def test_judge_down_degrades_the_run(demo_store: Path, virtual_time: VirtualClock) -> None:
     env = {
         "TRIAGE_STORE": str(demo_store),
         "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",  # nothing listens on the discard port
@@ -80,3 +81,4 @@ def test_judge_down_degrades_the_run(demo_store: Path) -> None:
     # traces with no search call need no model: they are still triaged
     assert "### agent_skipped_retrieval (4)" in result.stdout
     assert "judge unavailable" in result.stdout
+    assert virtual_time.sleeps  # the judge retried, with its back-off, before giving up

@@ -3,7 +3,7 @@
 Each run is a subprocess with a cleared environment (only what the Pod would have, plus PATH/HOME/TMPDIR),
 stdin closed and no terminal, exactly the `command` + `args` of cronjob.yaml. The data lives in the
 embedded store (filled with `triage import`) or, for the Langfuse path, in the local Langfuse stand-in
-(tests/langfuse_server.py) on 127.0.0.1. Checked: exit codes and the podFailurePolicy action each one
+(tests/doubles/langfuse_server.py) on 127.0.0.1. Checked: exit codes and the podFailurePolicy action each one
 triggers in the manifests, the log lines (text and JSON), shard coverage, and that secret values set
 in the environment never appear in stdout or stderr.
 """
@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 import yaml
-from factories import trace_line
-from langfuse_server import LangfuseStandIn
+
+from tests.doubles.langfuse_server import LangfuseStandIn
+from tests.factories import trace_line
 
 ROOT = Path(__file__).resolve().parents[1]
 CRONJOB = ROOT / "cronjob.yaml"

@@ -6,7 +6,6 @@ Every exchange of the spec test is validated against ../shared/langfuse/openapi.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,14 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from langfuse_server import LangfuseStandIn, iso  # noqa: E402
-
-from triage.domain.records import ScoreWrite  # noqa: E402
-from triage.domain.scores import score_id  # noqa: E402
-from triage.errors import ConfigError, LangfuseError  # noqa: E402
-from triage.sources.langfuse.backend import LangfuseBackend  # noqa: E402
+from tests.doubles.langfuse_server import LangfuseStandIn, iso
+from triage.domain.records import ScoreWrite
+from triage.domain.scores import score_id
+from triage.errors import ConfigError, LangfuseError
+from triage.sources.langfuse.backend import LangfuseBackend
 
 SPEC = Path(__file__).resolve().parents[2] / "shared" / "langfuse" / "openapi.yml"
 NOW = datetime.now(UTC).replace(microsecond=0)

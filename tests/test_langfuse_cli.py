@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,13 +11,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from factories import trace_line  # noqa: E402
-from langfuse_server import LangfuseStandIn, iso  # noqa: E402
-
-from triage.cli import cli  # noqa: E402
-from triage.domain.scores import score_id  # noqa: E402
+from tests.doubles.langfuse_server import LangfuseStandIn, iso
+from tests.factories import trace_line
+from triage.cli import cli
+from triage.domain.scores import score_id
 
 pytestmark = pytest.mark.slow
 

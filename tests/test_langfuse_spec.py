@@ -13,7 +13,6 @@ the file either and are not validated.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,10 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from langfuse_server import LangfuseStandIn, LoggedRequest  # noqa: E402
-from test_langfuse import NOW, WINDOW, backend_for, layer_score, session_vote, trace  # noqa: E402
+from tests.doubles.langfuse_server import LangfuseStandIn, LoggedRequest
+from tests.test_langfuse import NOW, WINDOW, backend_for, layer_score, session_vote, trace
 
 SPEC = Path(__file__).resolve().parents[2] / "shared" / "langfuse" / "openapi.yml"
 

@@ -11,12 +11,13 @@ from typing import Any
 import openai
 import pytest
 
-from tests.openai_server import OpenAIServer, Recorded, Reply, call_kind, data_blocks
+from tests.doubles.openai_server import OpenAIServer, Recorded, Reply, call_kind, data_blocks
 from triage.config import load_config
 from triage.domain.records import Facts, Passage, ToolCall, Trace
 from triage.errors import ConfigError, JudgeError, JudgeRejected
 from triage.judges import prompts
-from triage.judges.llm.judge import LLMJudge, quote_found
+from triage.judges.llm.judge import LLMJudge
+from triage.judges.llm.quotes import quote_found
 
 COMPONENTS = load_config().components
 

@@ -26,10 +26,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tests.doubles.clock import VirtualClock
 from triage.domain.config import IndexFolder
 from triage.errors import ConfigError, SearchError
 from triage.search.index import Index
-from triage.search.mcp_client import McpSearcher, parse_result, passages_from_output
+from triage.search.mcp_client import MCP_RETRY, McpSearcher, parse_result, passages_from_output
 from triage.search.mcp_server import build_server, format_results
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -185,25 +186,28 @@ async def test_stdio_server() -> None:
 async def test_missing_tool_is_a_config_error(corpus_server: str) -> None:
     tools = {**TOOLS, "search_slack_threads": "slack"}
     with pytest.raises(ConfigError, match="no tool search_slack_threads") as caught:
-        async with McpSearcher(url=corpus_server, tools=tools, retry_delays=(0.05, 0.05)):
+        async with McpSearcher(url=corpus_server, tools=tools, retry=MCP_RETRY.with_(clock=VirtualClock())):
             pass
     assert "search_kubeflow_docs" in str(caught.value)  # lists what the server does offer
 
 
 @pytest.mark.anyio
 async def test_server_down_is_a_search_error_after_retries() -> None:
+    clock = VirtualClock()
     url = f"http://127.0.0.1:{_free_port()}/mcp"
     with pytest.raises(
         SearchError, match=r"search server unreachable at http://127\.0\.0\.1:\d+/mcp: .*Connect"
     ):
-        async with McpSearcher(url=url, tools=TOOLS, retry_delays=(0.05, 0.05)):
+        async with McpSearcher(url=url, tools=TOOLS, retry=MCP_RETRY.with_(clock=clock)):
             pass
+    assert clock.sleeps == [1.0, 2.0]  # three attempts, in virtual time
 
 
 @pytest.mark.anyio
 async def test_stdio_command_that_cannot_start_is_a_search_error(tmp_path: Path) -> None:
+    command = [str(tmp_path / "no-such-server")]
     with pytest.raises(SearchError, match="search server unreachable at stdio command"):
-        async with McpSearcher(command=[str(tmp_path / "no-such-server")], tools=TOOLS, retry_delays=(0, 0)):
+        async with McpSearcher(command=command, tools=TOOLS, retry=MCP_RETRY.with_(clock=VirtualClock())):
             pass
 
 
@@ -319,7 +323,7 @@ async def test_refused_token_is_a_config_error_naming_the_setting(
     gated_server: str, token: str | None
 ) -> None:
     with pytest.raises(ConfigError, match="TRIAGE_MCP_TOKEN") as caught:
-        async with McpSearcher(url=gated_server, token=token, tools=TOOLS, retry_delays=(0.05, 0.05)):
+        async with McpSearcher(url=gated_server, token=token, tools=TOOLS, retry=MCP_RETRY.with_(clock=VirtualClock())):
             pass
     assert "401" in str(caught.value)
     assert "wrong-token" not in str(caught.value)

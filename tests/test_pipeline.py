@@ -8,8 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from factories import NOW, lines, session_vote, trace_line
 
+from tests.factories import NOW, lines, session_vote, trace_line
 from triage.config import load_config
 from triage.domain.config import IndexFolder
 from triage.domain.outcome import RunResult, Shard

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.openai_server import OpenAIServer
+from tests.doubles.openai_server import OpenAIServer
 from tests.test_llm_judge import ANSWER, KATIB_TEXT, base_for, honest, make_judge, make_trace, research
 from triage.domain.records import Facts, Layer, Passage, Trace
 from triage.domain.rule import decide

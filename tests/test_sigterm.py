@@ -10,8 +10,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from openai_server import OpenAIServer, keyword_responder
-
+from tests.doubles.openai_server import OpenAIServer, keyword_responder
 from triage.compose import DEMO_DIR, demo_shift
 from triage.sources.store import Store
 

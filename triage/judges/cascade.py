@@ -31,6 +31,8 @@ class CascadeJudge:
     """`cheap` first; `model` only where the cheap facts do not decide the layer."""
 
     needs_research = True
+    #: the cascade decides itself which calls its model judge makes
+    can_skip_grounding = False
 
     def __init__(self, cheap: Judge, model: Judge) -> None:
         self.cheap = cheap
@@ -45,15 +47,21 @@ class CascadeJudge:
         return self.model.usage  # the cheap judge spends nothing
 
     async def judge(
-        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
+        self,
+        trace: Trace,
+        research: list[Passage] | None,
+        comment: str | None,
+        base: Facts,
+        *,
+        grounding: bool = True,
     ) -> Facts:
         cheap = await self.cheap.judge(trace, research, comment, base)
         flagged = cheap  # the cheap judge has already run the injection detector
         if not base.agent_searched:
             self.routes["cheap"] += 1
             return flagged
-        grounding = self.grounding_decided(trace, cheap)
-        if grounding is not None and not trace.passages and research == []:
+        settled = self.grounding_decided(trace, cheap)
+        if settled is not None and not trace.passages and research == []:
             self.routes["cheap"] += 1
             update: dict[str, Any] = {"retrieved_has_answer": False, "index_has_answer": False}
             update["evidence"] = {
@@ -62,13 +70,13 @@ class CascadeJudge:
                 "index_has_answer": Evidence(confidence="high", note="the re-search found no passages"),
             }
             return flagged.model_copy(update=update)
-        if grounding is not None and getattr(self.model, "can_skip_grounding", False):
+        if settled is not None and self.model.can_skip_grounding:
             self.routes["containment"] += 1
-            judged = await self.model.judge(trace, research, comment, base, grounding=False)  # type: ignore[call-arg]
+            judged = await self.model.judge(trace, research, comment, base, grounding=False)
             phrase = "a decline phrase" if cheap.answer_declined else "no decline phrase"
             evidence = {
                 **judged.evidence,
-                "answer_grounded": Evidence(confidence="high", note=f"decided by the heuristic: {grounding}"),
+                "answer_grounded": Evidence(confidence="high", note=f"decided by the heuristic: {settled}"),
                 "answer_declined": Evidence(note=f"decided by the heuristic: {phrase}"),
             }
             return judged.model_copy(

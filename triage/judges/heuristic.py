@@ -161,13 +161,21 @@ class HeuristicJudge:
     name = "heuristic"
     prompt_version: str | None = "heuristic-1"
     needs_research = True
+    #: grounding is free here (no model call), so `grounding=False` changes nothing
+    can_skip_grounding = False
 
     def __init__(self, threshold: float = COVERAGE_THRESHOLD) -> None:
         self.threshold = threshold
         self.usage = Usage()
 
     async def judge(
-        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
+        self,
+        trace: Trace,
+        research: list[Passage] | None,
+        comment: str | None,
+        base: Facts,
+        *,
+        grounding: bool = True,
     ) -> Facts:
         sig = signals(trace, research)
         retrieved = sig.retrieved_best is not None and sig.retrieved_coverage >= self.threshold

@@ -123,6 +123,8 @@ class ReplayJudge:
     """Facts read from a facts file. No search, no model call."""
 
     needs_research = False
+    #: recorded facts include grounding; `grounding=False` changes nothing
+    can_skip_grounding = False
 
     def __init__(
         self, path: Path, *, partial_is_answer: bool = False, collections: Iterable[str] | None = None
@@ -160,7 +162,13 @@ class ReplayJudge:
         return len(self._facts)
 
     async def judge(
-        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
+        self,
+        trace: Trace,
+        research: list[Passage] | None,
+        comment: str | None,
+        base: Facts,
+        *,
+        grounding: bool = True,
     ) -> Facts:
         recorded = self._facts.get(trace.id)
         if recorded is None:

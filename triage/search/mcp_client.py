@@ -29,8 +29,13 @@ from mcp.client.streamable_http import streamable_http_client
 from triage.domain.records import Passage
 from triage.errors import ConfigError, SearchError, TriageError, leaves
 from triage.reading.passages import ERROR_PREFIXES, passages_from_output
+from triage.retry import RetryPolicy
 
 TOKEN_SETTING = "TRIAGE_MCP_TOKEN"
+
+
+#: connecting: 3 attempts, 1 s then 2 s apart (a server starting beside the job gets a moment)
+MCP_RETRY = RetryPolicy(attempts=3, initial=1.0, maximum=2.0, jitter=0.0)
 
 
 class _AuthRefused(Exception):
@@ -96,7 +101,7 @@ class McpSearcher:
         timeout: float = 30.0,
         concurrency: int = 8,
         env: Mapping[str, str] | None = None,
-        retry_delays: Sequence[float] = (1.0, 2.0),
+        retry: RetryPolicy = MCP_RETRY,
         cache_size: int = 4096,
     ) -> None:
         if bool(url) == bool(command):
@@ -113,7 +118,7 @@ class McpSearcher:
         self._timeout = timeout
         self._gate = anyio.Semaphore(max(1, concurrency))
         self._env = dict(env or {})
-        self._retry_delays = list(retry_delays)
+        self._retry = retry
         self._session: ClientSession | None = None
         self._broken: SearchError | None = None
         self._closing = anyio.Event()
@@ -194,42 +199,46 @@ class McpSearcher:
         return SearchError(f"search server unreachable at {self.where}: {cause or _describe(exc)}")
 
     async def _own_session(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Connect (3 attempts), then hold the session open until the searcher closes."""
-        attempts = len(self._retry_delays) + 1
-        started = False
-        for attempt in range(attempts):
-            try:
-                async with (
-                    self._transport() as (read, write),
-                    ClientSession(read, write, read_timeout_seconds=self._timeout) as session,
-                ):
-                    with anyio.fail_after(self._timeout):
-                        init = await session.initialize()
-                        listed = await session.list_tools()
-                    offered = sorted(tool.name for tool in listed.tools)
-                    missing = [tool for tool in self._tools if tool not in offered]
-                    if missing:
-                        raise ConfigError(
-                            f"the search server at {self.where} has no tool {', '.join(missing)} "
-                            f"(it offers: {', '.join(offered) or 'none'}); check [tools] in the config"
-                        )
-                    self.server_name = init.server_info.name
-                    self._session = session
-                    started = True
-                    task_status.started()
-                    await self._closing.wait()
-                    self._session = None
-                return
-            except Exception as exc:  # an ExceptionGroup from the transport's task groups, mostly
+        """Connect (retried by the policy), then hold the session open until the searcher closes."""
+        started = anyio.Event()
+
+        def retryable(error: BaseException) -> bool:
+            return isinstance(error, SearchError) and not started.is_set()
+
+        async for attempt in self._retry.async_retrying(retryable):
+            with attempt:
+                await self._hold_session(task_status, started)
+
+    async def _hold_session(self, task_status: Any, started: anyio.Event) -> None:
+        try:
+            async with (
+                self._transport() as (read, write),
+                ClientSession(read, write, read_timeout_seconds=self._timeout) as session,
+            ):
+                with anyio.fail_after(self._timeout):
+                    init = await session.initialize()
+                    listed = await session.list_tools()
+                offered = sorted(tool.name for tool in listed.tools)
+                missing = [tool for tool in self._tools if tool not in offered]
+                if missing:
+                    raise ConfigError(
+                        f"the search server at {self.where} has no tool {', '.join(missing)} "
+                        f"(it offers: {', '.join(offered) or 'none'}); check [tools] in the config"
+                    )
+                self.server_name = init.server_info.name
+                self._session = session
+                started.set()
+                task_status.started()
+                await self._closing.wait()
                 self._session = None
-                error = self._failure(exc)
-                if started:
-                    # the server went away mid-run: later calls fail fast, the caller carries on
-                    self._broken = SearchError(f"search server connection lost at {self.where}: {error}")
-                    return
-                if isinstance(error, ConfigError) or attempt == attempts - 1:
-                    raise error from exc
-                await anyio.sleep(self._retry_delays[attempt])
+        except Exception as exc:  # an ExceptionGroup from the transport's task groups, mostly
+            self._session = None
+            error = self._failure(exc)
+            if started.is_set():
+                # the server went away mid-run: later calls fail fast, the caller carries on
+                self._broken = SearchError(f"search server connection lost at {self.where}: {error}")
+                return
+            raise error from exc
 
     # -- searching ------------------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""The LLM judge (`LLMJudge`): see `triage.judges.llm.judge`."""
