@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     triage_store: Path | None = None
     triage_facts_file: Path | None = None
     triage_log_format: Literal["text", "json"] = "text"
+    #: let an unexpected crash raise with its traceback instead of a one-line error (debugging, tests)
+    triage_raise_errors: bool = False
 
     job_completion_index: int | None = Field(default=None, ge=0)
     triage_shard_count: int | None = Field(default=None, ge=1)

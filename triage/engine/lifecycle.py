@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 
 from triage.domain.ports import Searcher
-from triage.errors import ConfigError, SearchError
+from triage.errors import SearchError
 
 log = logging.getLogger("triage")
 
@@ -25,9 +25,7 @@ async def open_searcher(
         return
     try:
         entered = await searcher.__aenter__()
-    except ConfigError:
-        raise
-    except SearchError as ex:
+    except SearchError as ex:  # a refused token (ConfigError) is not: it ends the run
         log.warning("search unavailable: %s", ex, extra={"event": "search_unavailable"})
         yield None, str(ex)
         return

@@ -81,9 +81,7 @@ class Stream:
                 continue
             try:
                 found = await asyncio.to_thread(self._read, chunk)
-            except ConfigError:
-                raise
-            except SourceError as ex:
+            except SourceError as ex:  # refused credentials (ConfigError) are not: they end the run
                 for trace_id in chunk:
                     reason = f"could not read the trace: {ex}"
                     self.ledger.skip(by_trace.pop(trace_id), trace_id, "unavailable", reason)
@@ -144,8 +142,6 @@ class Stream:
         try:
             outcome = await asyncio.to_thread(self.scores.write_scores, writes)
             confirmed, failed = set(outcome.confirmed), outcome.failed
-        except ConfigError:
-            raise
         except SourceError as ex:
             confirmed, failed = set(), {w.id: str(ex) for w in writes}
         for entry, ws, votes in batch:

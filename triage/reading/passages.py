@@ -66,8 +66,9 @@ def markdown_blocks(text: str) -> list[_Block]:
 
 def _citation_text(citation: Mapping[str, Any]) -> str | None:
     for key in ("text", "content", "snippet", "content_text"):
-        if isinstance(citation.get(key), str) and citation[key].strip():
-            return citation[key]
+        value = citation.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
     return None
 
 

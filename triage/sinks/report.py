@@ -1,4 +1,4 @@
-"""The Markdown report (a jinja2 template) and the run summary.
+"""The Markdown report (a jinja2 template).
 
 User text (questions, comments) is escaped: it cannot open a heading, a table, a link or HTML.
 """
@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from triage.domain.outcome import Entry, RunResult
 from triage.domain.records import Layer
+from triage.sinks.summary import summary_lines
 
 # Inline Markdown that could format, link or break out of a line. Block syntax (headings, lists,
 # quotes, tables) needs a line start, and user text never gets one: it is folded onto one line
@@ -73,35 +74,3 @@ def render_report(result: RunResult) -> str:
         },
         summary=summary_lines(result),  # our own text: not escaped
     )
-
-
-def summary_lines(result: RunResult) -> list[str]:
-    """The run summary: counts per layer, undecided, written, time, requests and cost."""
-    triaged = len(result.entries)
-    per_layer = (
-        ", ".join(f"{layer} {count}" for layer, count in sorted(result.layer_counts.items())) or "none"
-    )
-    kinds: dict[str, int] = defaultdict(int)
-    for skipped in result.skipped:
-        kinds[skipped.undecided.kind] += 1
-    undecided = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
-    per_trace = result.requests / triaged if triaged else 0.0
-    usage = result.usage
-    lines = [
-        f"thumbs-down {result.thumbs_down} (of {result.votes_seen} votes), already triaged {result.already_triaged}, "
-        f"triaged {triaged}, not triaged {len(result.skipped)}",
-        f"layers: {per_layer}",
-        f"not triaged: {undecided}",
-        f"written: {result.written} scores" if result.write else "written: nothing (no --write)",
-        f"judge {result.judge}: {usage.calls} calls, {usage.input_tokens} input + {usage.output_tokens} output "
-        f"tokens, est. ${result.cost:.4f}"
-        + (
-            f" ({usage.calls / triaged:.2f} calls, {(usage.input_tokens + usage.output_tokens) / triaged:.0f} "
-            f"tokens per trace)"
-            if triaged
-            else ""
-        ),
-        f"search calls {result.search_calls}; backend requests {result.requests} ({per_trace:.2f} per triaged trace)",
-        f"time {result.elapsed:.1f}s",
-    ]
-    return lines

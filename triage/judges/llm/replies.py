@@ -102,12 +102,8 @@ def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 def containment_schema(sets: Sequence[SetKey], components: Sequence[str]) -> dict[str, Any]:
     """The containment reply's schema for the sets asked about, the component from the catalogue."""
-    pick = create_model(
-        "ComponentPick",
-        __base__=_Reply,
-        reasoning=(str, ...),
-        name=(Literal[tuple(components)], ...),  # type: ignore[valid-type]
-    )
+    names: Any = Literal[tuple(components)]  # a Literal built at run time, from the catalogue
+    pick = create_model("ComponentPick", __base__=_Reply, reasoning=(str, ...), name=(names, ...))
     fields: dict[str, Any] = {"injection_note": (str, ...), "injection_suspected": (bool, ...)}
     fields.update({key: (SetVerdict, ...) for key in sets})
     fields["component"] = (pick, Field(...))

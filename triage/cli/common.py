@@ -1,0 +1,136 @@
+"""What every command shares: error handling and exit codes, settings, config, the report's end."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from pydantic import ValidationError
+
+from triage import logs
+from triage.config import load_config
+from triage.domain.config import TriageConfig
+from triage.domain.outcome import RunResult, Shard
+from triage.errors import ConfigError, TriageError
+from triage.settings import Settings
+from triage.sinks.report import render_report
+from triage.sinks.summary import summary_lines
+
+log = logging.getLogger("triage")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class TriageClickError(click.ClickException):
+    """A `TriageError` shown as `Error: ...`, with the error's own exit code."""
+
+    def __init__(self, error: TriageError) -> None:
+        super().__init__(str(error))
+        self.exit_code = error.exit_code  # type: ignore[misc]  # click's class default is 1
+
+
+def handle_errors(func: F) -> F:
+    """Turn `TriageError` into a clean message and exit code; crashes too, unless TRIAGE_RAISE_ERRORS is set."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except TriageError as ex:
+            if logs.current_format == "json":
+                # a log collector reads stderr as JSON lines: the fatal error is one too
+                log.error("%s", ex, extra={"event": "error", "exit_code": ex.exit_code})
+                sys.exit(ex.exit_code)
+            raise TriageClickError(ex) from ex
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as ex:
+            if _raise_errors():
+                raise
+            log.exception("unexpected failure", extra={"event": "crash"})
+            raise click.ClickException(f"unexpected failure: {type(ex).__name__}: {ex}") from ex
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _raise_errors() -> bool:
+    """TRIAGE_RAISE_ERRORS: let a crash raise (tests, debugging) instead of a one-line message."""
+    try:
+        return Settings().triage_raise_errors
+    except ValidationError:
+        return False
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as ex:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in ex.errors())
+        raise ConfigError(f"bad environment setting: {problems}") from ex
+
+
+def config_for(settings: Settings, path: Path | None) -> TriageConfig:
+    return load_config(path or settings.triage_config)
+
+
+def parse_shard(value: str | None, settings: Settings) -> Shard:
+    if value:
+        try:
+            index_text, count_text = value.split("/")
+            index, count = int(index_text), int(count_text)
+        except ValueError as ex:
+            raise click.BadParameter("expected I/N, for example 0/4", param_hint="--shard") from ex
+        if count < 1 or not 0 <= index < count:
+            raise click.BadParameter(f"shard index must be in 0..{count - 1}", param_hint="--shard")
+        return Shard(index, count)
+    if settings.job_completion_index is None:
+        return Shard()
+    shard_count = settings.triage_shard_count
+    if shard_count is None:
+        raise ConfigError(
+            "JOB_COMPLETION_INDEX is set but TRIAGE_SHARD_COUNT is not: set it to the Job's completions"
+        )
+    if settings.job_completion_index >= shard_count:
+        raise ConfigError(
+            f"JOB_COMPLETION_INDEX {settings.job_completion_index} >= TRIAGE_SHARD_COUNT {shard_count}"
+        )
+    return Shard(settings.job_completion_index, shard_count)
+
+
+def finish(result: RunResult, report: bool, report_file: Path | None) -> None:
+    """Print the summary to the log, the report where asked, and exit with the run's code."""
+    for line in summary_lines(result):
+        log.info("summary: %s", line, extra={"event": "summary"})
+    if report or report_file:
+        text = render_report(result)
+        if report:
+            click.echo(text, nl=False)
+        if report_file:
+            report_file.write_text(text, encoding="utf-8")
+            log.info("report written to %s", report_file, extra={"event": "report_file"})
+    sys.exit(result.exit_code)
+
+
+report_options = [
+    click.option("--report", is_flag=True, help="Print the Markdown report to standard output."),
+    click.option(
+        "--report-file",
+        type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        help="Also write the Markdown report to this file.",
+    ),
+]
+
+
+def with_options(options: list[Callable[[F], F]]) -> Callable[[F], F]:
+    def apply(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
+
+
