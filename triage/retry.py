@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -24,7 +25,6 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     stop_never,
-    wait_exponential_jitter,
 )
 from tenacity.stop import stop_base
 
@@ -140,8 +140,10 @@ class RetryPolicy:
     def wait_for(self, state: RetryCallState, asked: float | None) -> float:
         if asked is not None:
             return asked if self.max_retry_after is None else min(asked, self.max_retry_after)
+        # exponential back-off with additive jitter (the shape tenacity's wait_exponential_jitter has)
         jitter = self.initial if self.jitter is None else self.jitter
-        return float(wait_exponential_jitter(initial=self.initial, max=self.maximum, jitter=jitter)(state))
+        backoff = self.initial * 2 ** min(state.attempt_number - 1, 64)  # capped: no float overflow
+        return min(backoff + random.uniform(0, jitter), self.maximum)
 
     def _options(
         self,

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
-from triage.judges import prompts
+from triage.judges import guard
 
 COVERAGE_THRESHOLD = 0.7
 
@@ -209,4 +209,4 @@ class HeuristicJudge:
                 "evidence": evidence,
             }
         )
-        return prompts.flag(facts, prompts.trace_findings(trace, research, comment))
+        return guard.flag(facts, guard.trace_findings(trace, research, comment))

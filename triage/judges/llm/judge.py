@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from triage.domain.config import Component
 from triage.domain.records import Facts, Passage, Trace, Usage
 from triage.errors import ConfigError, JudgeError, JudgeRejected, leaves
-from triage.judges import prompts
+from triage.judges import guard, prompts
 from triage.judges.llm.blocks import (
     CAP_ANSWER,
     CAP_COMMENT,
@@ -139,7 +139,7 @@ class LLMJudge:
         """`base` completed with the judged facts. With `grounding=False` (or no search call) call B
         is not made and `answer_grounded`/`answer_declined` stay unestablished."""
         usage = self.usage_by_trace.setdefault(trace.id, Usage())
-        findings = prompts.trace_findings(trace, research, comment)
+        findings = guard.trace_findings(trace, research, comment)
         try:
             # both calls at once (half the latency per trace); one failing cancels the other
             async with asyncio.TaskGroup() as group:
