@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tests.doubles.clock import VirtualClock
 from tests.factories import lines, trace_line
 from triage.cli import cli
+from triage.errors import ExitCode
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS_URL = "https://www.kubeflow.org/docs/components/katib/early-stopping/"
@@ -61,7 +62,10 @@ def test_readme_documents_every_command_and_option() -> None:
 def test_readme_exit_code_table_matches_the_cli() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     table = dict(re.findall(r"^\| `(\d)` \| ([^|]+)\|", readme, flags=re.MULTILINE))
-    assert sorted(table) == ["0", "1", "2", "3", "4", "5"]
+    assert sorted(table) == [str(int(code)) for code in ExitCode] == ["0", "1", "2", "3", "4", "5"]
+    help_text = " ".join(CliRunner().invoke(cli, ["--help"]).output.split())
+    for code in ExitCode:
+        assert f"{int(code)} {code.label}" in help_text
 
 
 def test_empty_store_is_a_clean_run() -> None:

@@ -34,6 +34,21 @@ class ExitCode(IntEnum):
     #: some scores not confirmed as written (takes precedence over DEGRADED)
     NOT_WRITTEN = 5
 
+    @property
+    def label(self) -> str:
+        """A few words for `triage --help`."""
+        return _LABELS[self]
+
+
+_LABELS = {
+    ExitCode.OK: "done",
+    ExitCode.ERROR: "runtime failure",
+    ExitCode.USAGE: "usage",
+    ExitCode.CONFIG: "configuration or authentication",
+    ExitCode.DEGRADED: "degraded (some traces undecided)",
+    ExitCode.NOT_WRITTEN: "scores not confirmed as written",
+}
+
 
 class TriageError(Exception):
     """Base class for every error triage raises on purpose."""

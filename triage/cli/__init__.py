@@ -2,11 +2,7 @@
 
 One module per command (group): `feedback`, `demo`, `store` (import), `index`; `common` holds
 what they share. Commands are glue only: the work is in the core they call.
-
-Exit codes (the CronJob's contract, documented in the README):
-0 done; 1 runtime failure; 2 usage; 3 configuration or authentication;
-4 degraded (some traces undecided: search or judge unavailable, or judge output rejected);
-5 some scores not confirmed as written.
+Exit codes are `triage.errors.ExitCode` (the CronJob's contract, documented in the README).
 """
 
 from __future__ import annotations
@@ -18,20 +14,21 @@ from triage.cli.demo import demo
 from triage.cli.feedback import feedback
 from triage.cli.index import index
 from triage.cli.store import import_
+from triage.errors import ExitCode
+
+HELP = f"""Tell the owners of an LLM agent why its answers got a thumbs-down.
+
+Reads thumbs-down votes and their traces (Langfuse, or the embedded store when no Langfuse
+keys are set), searches the index again, asks a judge for facts, maps them to a layer
+(retrieval, generation, tool_routing, content gap, ...) and an owner, and reports.
+
+Start with `triage demo`. Exit codes: {", ".join(f"{int(code)} {code.label}" for code in ExitCode)}.
+"""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, help=HELP)
 @click.version_option(__version__, prog_name="triage")
 def cli() -> None:
-    """Tell the owners of an LLM agent why its answers got a thumbs-down.
-
-    Reads thumbs-down votes and their traces (Langfuse, or the embedded store when no Langfuse
-    keys are set), searches the index again, asks a judge for facts, maps them to a layer
-    (retrieval, generation, tool_routing, content gap, ...) and an owner, and reports.
-
-    Start with `triage demo`. Exit codes: 0 done, 1 runtime failure, 2 usage, 3 configuration or
-    authentication, 4 degraded (some traces undecided), 5 scores not confirmed as written.
-    """
     logs.current_format = "text"  # until a command configures its logging
 
 
