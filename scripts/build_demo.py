@@ -27,6 +27,7 @@ from typing import Any, TypedDict, cast
 from triage.domain.config import IndexFolder
 from triage.search.index import Chunk, chunks_of_folder
 
+# paths follow this file, not the working directory
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / "triage" / "demo"
 SPECS_FILE = Path(__file__).resolve().with_name("demo_specs.toml")
@@ -118,9 +119,9 @@ def check_trace(trace: Mapping[str, Any]) -> None:
         _check_keys(f"{where} call", call, CallSpec.__required_keys__, CALL_KEYS)
 
 
-def _check_keys(where: str, table: Mapping[str, Any], required: Iterable[str], known: set[str]) -> None:
+def _check_keys(where: str, table: Mapping[str, Any], required: Iterable[str], known: Iterable[str]) -> None:
     missing = sorted(set(required) - set(table))
-    unknown = sorted(set(table) - known)
+    unknown = sorted(set(table) - set(known))
     if missing or unknown:
         raise ValueError(f"{where}: missing keys {missing}, unknown keys {unknown}")
 
@@ -401,16 +402,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=DEMO_DIR, help="directory to write into (default: %(default)s)"
     )
-    parser.add_argument("--specs", type=Path, default=SPECS_FILE, help="trace specs (default: %(default)s)")
-    parser.add_argument(
-        "--index", type=Path, default=DEMO_DIR / "index", help="demo index (default: %(default)s)"
-    )
     args = parser.parse_args(argv)
-    lines, expected = build(load_specs(args.specs), Passages(load_chunks(args.index)))
+    lines, expected = build(load_specs(SPECS_FILE), Passages(load_chunks(DEMO_DIR / "index")))
     args.out.mkdir(parents=True, exist_ok=True)
     write_jsonl(args.out / "traces.jsonl", lines)
     write_jsonl(args.out / "expected.jsonl", expected)
-    print(len(lines), "lines,", len(expected), "rated", file=sys.stderr)
+    print(len(lines), "lines,", len(expected), "rated")
     return 0
 
 
