@@ -142,7 +142,7 @@ class RetryPolicy:
             return asked if self.max_retry_after is None else min(asked, self.max_retry_after)
         # exponential back-off with additive jitter (the shape tenacity's wait_exponential_jitter has)
         jitter = self.initial if self.jitter is None else self.jitter
-        backoff = self.initial * 2 ** min(state.attempt_number - 1, 64)  # capped: no float overflow
+        backoff: float = self.initial * 2 ** min(state.attempt_number - 1, 64)  # capped: no float overflow
         return min(backoff + random.uniform(0, jitter), self.maximum)
 
     def _options(
