@@ -96,6 +96,13 @@ class Stream:
                     self.ledger.skip(votes, trace_id, "bad_input", str(ex))
                     self.progress.tick()
                     continue
+                except Exception as ex:
+                    # a reader bug on one trace must not cost the others their triage: list it, go on
+                    log.exception("internal error reading trace %s", trace_id, extra={"event": "error"})
+                    reason = f"internal error reading the trace: {type(ex).__name__}: {ex}"
+                    self.ledger.skip(votes, trace_id, "error", reason)
+                    self.progress.tick()
+                    continue
                 await self._traces.put((trace, votes))
         for _ in range(self.options.concurrency):
             await self._traces.put(None)

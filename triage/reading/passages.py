@@ -80,7 +80,7 @@ def _citations_and_text(text: str, structured: Any) -> tuple[list[Mapping[str, A
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to decode: text
             return [], text
         if isinstance(data, Mapping) and isinstance(data.get("citations"), list):
             summary = data.get("markdown_summary")

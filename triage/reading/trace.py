@@ -18,13 +18,35 @@ from triage.reading.passages import is_error_text, passages_from_output
 _TEXT_KEYS = ("content", "text", "output", "input", "answer", "question", "query", "message", "result")
 
 
+#: deeper JSON than this is read as plain text: real tool outputs and messages nest a few levels,
+#: and walking (or even decoding) a pathological value must not cost the run its stack
+MAX_JSON_DEPTH = 64
+
+
+def depth_exceeds(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a decoded JSON value nests deeper than `limit` (iteratively: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, Mapping) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def parse_raw(raw: Any) -> Any:
-    """Langfuse sends input/output as JSON-encoded strings; a string that is not JSON stays text."""
+    """Langfuse sends input/output as JSON-encoded strings; a string that is not JSON stays text, and
+    so does JSON nested deeper than `MAX_JSON_DEPTH`."""
     if isinstance(raw, str):
         try:
-            return json.loads(raw)
-        except ValueError:
+            value = json.loads(raw)
+        except (ValueError, RecursionError):
             return raw
+        return raw if depth_exceeds(value) else value
+    if depth_exceeds(raw):
+        raise InputError(f"a logged value nests deeper than {MAX_JSON_DEPTH} levels")
     return raw
 
 

@@ -128,6 +128,8 @@ class Store:
                 row = json.loads(line)
             except ValueError as ex:
                 raise InputError(f"{where}: not JSON: {ex}") from ex
+            except RecursionError:
+                raise InputError(f"{where}: JSON nested too deeply to read") from None
             if not isinstance(row, dict):
                 raise InputError(f"{where}: expected an object with observations and scores")
             counts.traces += 1 if row.get("observations") else 0
