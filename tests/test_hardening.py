@@ -81,3 +81,80 @@ def test_import_of_a_line_too_deep_to_read_names_the_line(tmp_path: Path) -> Non
     result = _invoke(["import", str(export)])
     assert result.exit_code == 1
     assert "line 2" in result.output and "nested too deeply" in result.output
+
+
+# --- no secret is ever printed ------------------------------------------------------------------
+
+TOKEN = "mcp-token-0123456789abcdef"
+
+
+def _searched_night(tmp_path: Path) -> None:
+    """One thumbs-down whose agent passage is off-topic: deciding it needs the re-search."""
+    needs = trace_line(
+        "needs",
+        "How do I limit the number of trials?",
+        "No idea.",
+        [("search_kubeflow_docs", "https://www.kubeflow.org/docs/x/", "Pipelines compile.")],
+        at=NOW - timedelta(hours=2),
+    )
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps(needs) + "\n")
+    assert _invoke(["import", str(export)]).exit_code == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_token_with_a_trailing_newline_is_used_stripped_and_never_printed(
+    tmp_path: Path, virtual_time: object
+) -> None:
+    _searched_night(tmp_path)
+    env = {"TRIAGE_MCP_URL": f"http://127.0.0.1:{_free_port()}/mcp", "TRIAGE_MCP_TOKEN": TOKEN + "\n"}
+    result = _invoke(["feedback", "--report"], env)
+    assert result.exit_code == 4  # the search server is down: degraded, not a crash
+    assert "Illegal header" not in result.output
+    assert TOKEN not in result.stdout and TOKEN not in result.stderr
+
+
+def test_a_token_no_header_can_carry_is_a_configuration_error_that_does_not_echo_it(tmp_path: Path) -> None:
+    _searched_night(tmp_path)
+    env = {"TRIAGE_MCP_URL": "http://127.0.0.1:9/mcp", "TRIAGE_MCP_TOKEN": "mcp-token\n0123456789abcdef"}
+    result = _invoke(["feedback", "--report"], env)
+    assert result.exit_code == 3
+    assert "TRIAGE_MCP_TOKEN" in result.output
+    assert "0123456789abcdef" not in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_judge_error_that_quotes_the_key_never_prints_it(tmp_path: Path, log_format: str) -> None:
+    from tests.doubles.openai_server import OpenAIServer, Reply
+
+    key = "sk-live-0123456789abcdefXYZ"
+    _searched_night(tmp_path)
+
+    def responder(_: Any) -> Reply:
+        return Reply.status_error(401, f"Incorrect API key provided: {key}. Check it at your account page.")
+
+    with OpenAIServer(responder=responder) as server:
+        env = {"OPENAI_BASE_URL": f"{server.url}/v1", "OPENAI_API_KEY": key, "TRIAGE_JUDGE_MODEL": "m"}
+        result = _invoke(["feedback", "--report", "--judge", "llm", "--log-format", log_format], env)
+    assert result.exit_code == 3
+    assert key not in result.stdout and key not in result.stderr
+    assert "refused the credentials" in result.stderr
+
+
+def test_credentials_in_any_reported_text_are_masked() -> None:
+    from triage.redact import Redactor
+
+    redact = Redactor(["tok-0123456789\n"])
+    assert redact("Illegal header value b'Bearer tok-0123456789\\n'") == "Illegal header value b'Bearer ***'"
+    assert "sk-proj-abcdefghijklmnop" not in redact("key sk-proj-abcdefghijklmnop refused")
+    assert redact('{"api_key": "abcdef123456"}') == '{"api_key": "***"}'
+    ordinary = "Set maxTrialCount to 5; the token budget of the model was exceeded"
+    assert redact(ordinary) == ordinary

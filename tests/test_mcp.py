@@ -9,12 +9,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +25,19 @@ import anyio
 import mcp_types as types
 import pytest
 import uvicorn
+from click.testing import CliRunner
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tests.doubles.clock import VirtualClock
+from triage.cli import cli
 from triage.domain.config import IndexFolder
 from triage.errors import ConfigError, SearchError
 from triage.search.index import Index
 from triage.search.mcp_client import MCP_RETRY, McpSearcher, parse_result, passages_from_output
 from triage.search.mcp_server import build_server, format_results
+from triage.sources.store import Store
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 DOCS = CORPUS / "kubeflow-docs"
@@ -484,3 +490,42 @@ def test_format_results_round_trips_through_the_parser() -> None:
         ("https://u/a/", "Alpha text.", 2.5, "A"),
         ("https://u/b/", "Beta\n---\ntext.", 1.0, None),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the nightly job through the MCP server: hardening regressions
+
+
+def _import_one_searched_trace(comment: str) -> None:
+    from tests.factories import trace_line
+
+    at = datetime.now(UTC) - timedelta(hours=2)
+    line = trace_line(
+        "long",
+        "How do I limit the number of trials in a Katib experiment?",
+        "No idea.",
+        [("search_kubeflow_docs", "https://www.kubeflow.org/docs/x/", "Pipelines compile.")],
+        comment=comment,
+        at=at,
+    )
+    with Store(os.environ["TRIAGE_STORE"]) as store:
+        store.import_lines([json.dumps(line)], "test")
+
+
+def test_a_long_comment_is_searched_within_the_servers_query_limit(corpus_server: str) -> None:
+    _import_one_searched_trace("this answer is useless " * 40)  # question + comment: about 1,000 chars
+    result = CliRunner().invoke(
+        cli, ["feedback", "--report"], env={"TRIAGE_MCP_URL": corpus_server}, catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert "1 thumbs-down: 1 triaged, 0 not triaged" in result.stdout
+    assert "512-character" not in result.output
+
+
+def test_a_token_with_a_trailing_newline_works_and_is_never_printed(gated_server: str) -> None:
+    _import_one_searched_trace("wrong")
+    env = {"TRIAGE_MCP_URL": gated_server, "TRIAGE_MCP_TOKEN": TOKEN + "\n"}  # kubectl --from-file
+    result = CliRunner().invoke(cli, ["feedback", "--report"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "Illegal header" not in result.output
+    assert TOKEN not in result.stdout and TOKEN not in result.stderr

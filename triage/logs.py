@@ -9,20 +9,27 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from triage import redact
+from triage.redact import Redactor
+
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 class _Redact(logging.Filter):
-    def __init__(self, secrets: Sequence[str]) -> None:
+    """Masks secrets in the message, the traceback and string extras of every record."""
+
+    def __init__(self, redactor: Redactor) -> None:
         super().__init__()
-        self.secrets = [s for s in secrets if len(s) >= 4]
+        self.redactor = redactor
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            message = record.getMessage()
-            for secret in self.secrets:
-                message = message.replace(secret, "***")
-            record.msg, record.args = message, None
+        record.msg, record.args = self.redactor(record.getMessage()), None
+        if record.exc_info:
+            record.exc_text = self.redactor(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        for key, value in list(vars(record).items()):
+            if key not in _STANDARD and isinstance(value, str):
+                setattr(record, key, self.redactor(value))
         return True
 
 
@@ -37,6 +44,8 @@ class JsonFormatter(logging.Formatter):
         line.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["error"] = record.exc_text
         return json.dumps(line, default=str)
 
 
@@ -59,7 +68,8 @@ def configure(fmt: str = "text", secrets: Sequence[str] = (), level: int = loggi
         logger.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    handler.addFilter(_Redact(secrets))
+    redact.configure(secrets)
+    handler.addFilter(_Redact(redact.Redactor(secrets)))
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -48,6 +48,12 @@ class Settings(BaseSettings):
 
     job_completion_index: int | None = Field(default=None, ge=0)
     triage_shard_count: int | None = Field(default=None, ge=1)
+
+    @field_validator("langfuse_secret_key", "openai_api_key", "triage_mcp_token", "langfuse_public_key", mode="before")
+    @classmethod
+    def _strip(cls, value: object) -> object:
+        # `kubectl create secret --from-file` keeps the file's trailing newline: a key never has one
+        return value.strip() if isinstance(value, str) else value
 
     @property
     def uses_langfuse(self) -> bool:

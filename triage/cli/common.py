@@ -17,6 +17,7 @@ from triage.config import load_config
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import RunResult, Shard
 from triage.errors import ConfigError, TriageError
+from triage.redact import redact
 from triage.settings import Settings
 from triage.sinks.report import render_report
 from triage.sinks.summary import summary_lines
@@ -29,7 +30,7 @@ class TriageClickError(click.ClickException):
     """A `TriageError` shown as `Error: ...`, with the error's own exit code."""
 
     def __init__(self, error: TriageError) -> None:
-        super().__init__(str(error))
+        super().__init__(redact(str(error)))
         self.exit_code = error.exit_code  # type: ignore[misc]  # click's class default is 1
 
 
@@ -43,7 +44,7 @@ def handle_errors(func: F) -> F:
         except TriageError as ex:
             if logs.current_format == "json":
                 # a log collector reads stderr as JSON lines: the fatal error is one too
-                log.error("%s", ex, extra={"event": "error", "exit_code": ex.exit_code})
+                log.error("%s", redact(str(ex)), extra={"event": "error", "exit_code": ex.exit_code})
                 sys.exit(ex.exit_code)
             raise TriageClickError(ex) from ex
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
@@ -52,7 +53,7 @@ def handle_errors(func: F) -> F:
             if _raise_errors():
                 raise
             log.exception("unexpected failure", extra={"event": "crash"})
-            raise click.ClickException(f"unexpected failure: {type(ex).__name__}: {ex}") from ex
+            raise click.ClickException(redact(f"unexpected failure: {type(ex).__name__}: {ex}")) from ex
 
     return wrapper  # type: ignore[return-value]
 

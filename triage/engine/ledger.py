@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from triage.domain.outcome import Entry, RunResult, Skipped, shorten
 from triage.domain.ports import TraceSource
 from triage.domain.records import Undecided, UndecidedKind, Vote
+from triage.redact import redact
 
 log = logging.getLogger("triage")
 
@@ -35,6 +36,8 @@ class Ledger:
         reason: str,
         question: str | None = None,
     ) -> None:
+        # reasons often quote an outside system's error text: never let a secret through
+        reason = redact(reason)
         undecided = Undecided(vote_ids=[v.id for v in votes], trace_id=trace_id, kind=kind, reason=reason)
         url = self.traces.trace_url(trace_id) if trace_id else None
         self.result.skipped.append(

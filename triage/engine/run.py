@@ -86,7 +86,13 @@ async def run_feedback(
     with open_facts_file(options.facts_file) as facts_out:
         async with open_searcher(searcher if judge.needs_research else None) as (live, down_reason):
             researcher = (
-                Researcher(live, config.collections, config.search.top_k, config.search.use_comment)
+                Researcher(
+                    live,
+                    config.collections,
+                    config.search.top_k,
+                    config.search.use_comment,
+                    max_query_chars=config.search.max_query_chars,
+                )
                 if live is not None
                 else None
             )

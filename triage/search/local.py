@@ -44,8 +44,10 @@ class Researcher:
         top_k: int,
         use_comment: bool,
         cache_size: int = 1024,
+        max_query_chars: int = 512,
     ) -> None:
         self.searcher = searcher
+        self.max_query_chars = max_query_chars
         self.collections = list(collections)
         self.top_k = top_k
         self.use_comment = use_comment
@@ -67,11 +69,23 @@ class Researcher:
 
     async def research(self, trace: Trace, comment: str | None) -> list[Passage]:
         """Passages S1..Sn, best first per collection, each source once. Raises `SearchError`."""
-        queries = [trace.question]
+        question = cap_query(trace.question, self.max_query_chars)
+        queries = [question]
         if self.use_comment and comment and comment.strip():
-            queries.append(f"{trace.question}\n{comment.strip()}")
+            # the comment is what a long query loses first: the question is the better search
+            with_comment = cap_query(f"{question} {comment}", self.max_query_chars)
+            if with_comment != question:
+                queries.append(with_comment)
         tasks = [self._search(q, c) for c in self.collections for q in queries]
-        results = await asyncio.gather(*tasks)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures and len(failures) == len(outcomes):
+            raise failures[0]  # nothing answered: the search is unavailable for this trace
+        for failure in failures:
+            if not isinstance(failure, Exception):
+                raise failure  # a cancellation is not a failed query
+        # one query variant refused (its own limit, a tool error): the others still count
+        results = [o for o in outcomes if not isinstance(o, BaseException)]
         passages: list[Passage] = []
         seen: set[tuple[str | None, str]] = set()
         for found in results:
@@ -82,3 +96,13 @@ class Researcher:
                 seen.add(key)
                 passages.append(passage.model_copy(update={"id": f"S{len(passages) + 1}"}))
         return passages
+
+
+def cap_query(text: str, limit: int) -> str:
+    """`text` on one line, cut at a word boundary to at most `limit` characters (search servers
+    refuse longer queries: the docs agent's at 512)."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit + 1].rsplit(" ", 1)[0] if " " in flat[:limit] else flat[:limit]
+    return cut[:limit].rstrip()

@@ -12,6 +12,7 @@ error result or the docs agent's "Search failed: ..." / "Search rejected: ..." t
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -33,6 +34,8 @@ from triage.retry import RetryPolicy
 
 TOKEN_SETTING = "TRIAGE_MCP_TOKEN"
 
+
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")  # visible ASCII: what a bearer token may hold
 
 #: connecting: 3 attempts, 1 s then 2 s apart (a server starting beside the job gets a moment)
 MCP_RETRY = RetryPolicy(attempts=3, initial=1.0, maximum=2.0, jitter=0.0)
@@ -108,6 +111,12 @@ class McpSearcher:
             raise ConfigError("the MCP search server needs exactly one of a URL or a command line")
         if not tools:
             raise ConfigError("no search tools are configured ([tools] in the config)")
+        if token is not None and not _HEADER_SAFE.fullmatch(token):
+            # never echo it: the HTTP library's own message would print the whole header
+            raise ConfigError(
+                f"{TOKEN_SETTING} holds characters an HTTP header cannot carry (a line break or a control "
+                "character): set it to the bare token"
+            )
         self._url = url
         self._command = list(command or [])
         self._token = token

@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from triage.domain.outcome import Entry, RunResult
 from triage.domain.records import Layer
+from triage.redact import redact
 from triage.sinks.summary import summary_lines
 
 # Inline Markdown that could format, link or break out of a line. Block syntax (headings, lists,
@@ -24,7 +25,7 @@ _AUTOLINK = re.compile(r"(?i)\b(https?|ftp)(:)(//)|\b(www)(\.)")
 
 def md(text: object) -> str:
     """Escape untrusted text for one line of Markdown: no HTML, no formatting, no links, no newlines."""
-    flat = " ".join(str(text).split())
+    flat = " ".join(redact(str(text)).split())
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     flat = _MD_SPECIAL.sub(r"\\\1", flat)
     # GitHub turns bare URLs into links; an escaped colon or dot stops that and renders the same
@@ -33,7 +34,7 @@ def md(text: object) -> str:
 
 def code(text: object) -> str:
     """An identifier as inline code; backticks removed so it cannot close the span early."""
-    return "`" + str(text).replace("`", "'") + "`"
+    return "`" + redact(str(text)).replace("`", "'") + "`"
 
 
 _env = Environment(

@@ -1,0 +1,75 @@
+"""Redaction: no secret leaves the process, whatever message carries it.
+
+Two nets: the known secret values (the settings' keys and tokens, configured once by the CLI, in
+every form a library may print them: as is, stripped, `repr`-escaped, JSON-escaped) and patterns
+that look like credentials whatever their origin (a bearer token, an OpenAI or Langfuse key, an
+`api_key=` pair). Applied to every line the job logs, every reason it lists or reports, and every
+error it prints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+MASK = "***"
+MIN_SECRET = 4  # shorter values would mask ordinary words
+
+_PATTERNS = [
+    # "Bearer <token>" / "Basic <b64>", also inside a repr'd header value
+    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}"),
+    # OpenAI-style and Langfuse keys
+    re.compile(r"\b(?:sk|pk|rk)-(?:lf-|proj-|ant-)?[A-Za-z0-9_\-]{8,}"),
+    # key=value and "key": "value" pairs whose key names a credential
+    re.compile(
+        r"(?i)([\"']?\b(?:api[_-]?key|secret[_-]?key|access[_-]?token|auth[_-]?token|token|password|secret)"
+        r"[\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]{6,}"
+    ),
+]
+
+
+class Redactor:
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            for value in (secret, secret.strip()):
+                if len(value) < MIN_SECRET:
+                    continue
+                forms.add(value)
+                forms.add(repr(value)[1:-1])  # "tok\n" printed inside a repr: tok\\n
+                forms.add(json.dumps(value)[1:-1])
+                forms.add(repr(value.encode())[2:-1])  # inside a bytes repr: b'Bearer tok\n'
+        # longest first, so a value is masked whole before any shorter form inside it
+        self.values = sorted(forms, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for value in self.values:
+            if value in text:
+                text = text.replace(value, MASK)
+        for pattern in _PATTERNS:
+            text = pattern.sub(_mask_match, text)
+        return text
+
+
+def _mask_match(match: re.Match[str]) -> str:
+    # keep the label ("Bearer", "api_key=") so the message still says what was there
+    if match.re is _PATTERNS[0]:
+        return f"{match.group(1)} {MASK}"
+    if match.re is _PATTERNS[2]:
+        return f"{match.group(1)}{MASK}"
+    return MASK
+
+
+_current = Redactor()
+
+
+def configure(secrets: Iterable[str]) -> None:
+    """Known secret values, set once by the CLI from the settings."""
+    global _current
+    _current = Redactor(secrets)
+
+
+def redact(text: str) -> str:
+    """`text` with every known secret and every credential-looking string masked."""
+    return _current(text)
