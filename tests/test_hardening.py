@@ -158,3 +158,29 @@ def test_credentials_in_any_reported_text_are_masked() -> None:
     assert redact('{"api_key": "abcdef123456"}') == '{"api_key": "***"}'
     ordinary = "Set maxTrialCount to 5; the token budget of the model was exceeded"
     assert redact(ordinary) == ordinary
+
+
+# --- control and bidi characters never reach the report or the log ---------------------------------
+
+HOSTILE = (
+    "\x1bc\x1b]0;owned\x07 BEL\x07 NUL\x00 BS\x08 \u202eevil\u202c \u2066iso\u2069 zero\u200bwidth \ufeffbom"
+)
+INVISIBLE = ["\x1b", "\x07", "\x00", "\x08", "\u202e", "\u202c", "\u2066", "\u2069", "\u200b", "\ufeff"]
+
+
+def test_control_and_bidi_characters_are_stripped_and_user_text_is_capped(tmp_path: Path) -> None:
+    at = NOW - timedelta(hours=2)
+    hostile = trace_line(
+        "hostile" + "\u202e", "What is Katib?" + HOSTILE, "A tuner.", [], comment=HOSTILE, at=at
+    )
+    huge = trace_line("huge", "What is KFP?", "Pipelines.", [], comment="x" * 1_000_000, at=at)
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps(hostile) + "\n" + json.dumps(huge) + "\n")
+    assert _invoke(["import", str(export)]).exit_code == 0
+    result = _invoke(["feedback", "--report"])
+    assert result.exit_code == 0, result.output
+    for char in INVISIBLE:
+        assert char not in result.stdout, repr(char)
+        assert char not in result.stderr, repr(char)
+    assert "owned" in result.stdout  # the text itself stays, only the characters that act on a viewer go
+    assert len(result.stdout) < 20_000  # a 1 MB comment is cut in the report (the trace keeps it whole)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from triage import redact
-from triage.redact import Redactor
+from triage.redact import Redactor, printable
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -52,7 +52,8 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return f"{stamp} {record.levelname.lower():7} {record.getMessage()}"
+        # one line per record, nothing a terminal would act on (JSON lines escape these themselves)
+        return f"{stamp} {record.levelname.lower():7} {printable(record.getMessage())}"
 
 
 #: the format `configure` set last; the CLI reports a fatal error as a log line when it is "json"

@@ -1,4 +1,4 @@
-"""Redaction: no secret leaves the process, whatever message carries it.
+"""What leaves the process: no secret, whatever message carries it; no control character.
 
 Two nets: the known secret values (the settings' keys and tokens, configured once by the CLI, in
 every form a library may print them: as is, stripped, `repr`-escaped, JSON-escaped) and patterns
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable
 
 MASK = "***"
@@ -73,3 +74,22 @@ def configure(secrets: Iterable[str]) -> None:
 def redact(text: str) -> str:
     """`text` with every known secret and every credential-looking string masked."""
     return _current(text)
+
+
+# C0/C1 controls (ESC, BEL, NUL, BS, ...) and the invisible format characters that reorder or hide
+# text (bidi overrides and isolates, zero-width characters, the BOM): a terminal or a Markdown
+# viewer would act on them
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+
+
+def printable(text: str, limit: int | None = None) -> str:
+    """`text` without control and invisible format characters (tabs and newlines become spaces),
+    cut to `limit` characters with an ellipsis."""
+    cleaned = _INVISIBLE.sub("", text.replace("\t", " ").replace("\n", " ").replace("\r", " "))
+    if not cleaned.isascii():
+        cleaned = "".join(ch for ch in cleaned if unicodedata.category(ch) not in ("Cc", "Cf", "Co", "Cs"))
+    if limit is not None and len(cleaned) > limit:
+        cleaned = cleaned[: limit - 1].rstrip() + "…"
+    return cleaned

@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from triage.domain.outcome import Entry, RunResult
 from triage.domain.records import Layer
-from triage.redact import redact
+from triage.redact import printable, redact
 from triage.sinks.summary import summary_lines
 
 # Inline Markdown that could format, link or break out of a line. Block syntax (headings, lists,
@@ -23,9 +23,14 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _AUTOLINK = re.compile(r"(?i)\b(https?|ftp)(:)(//)|\b(www)(\.)")
 
 
-def md(text: object) -> str:
-    """Escape untrusted text for one line of Markdown: no HTML, no formatting, no links, no newlines."""
-    flat = " ".join(redact(str(text)).split())
+#: user text in the report is cut to this many characters; the whole of it stays in the trace
+USER_TEXT_CHARS = 500
+
+
+def md(text: object, limit: int = USER_TEXT_CHARS) -> str:
+    """Escape untrusted text for one line of Markdown: no HTML, no formatting, no links, no newlines,
+    no control or invisible characters, no secret; at most `limit` characters."""
+    flat = " ".join(printable(redact(str(text)), limit).split())
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     flat = _MD_SPECIAL.sub(r"\\\1", flat)
     # GitHub turns bare URLs into links; an escaped colon or dot stops that and renders the same
@@ -34,7 +39,7 @@ def md(text: object) -> str:
 
 def code(text: object) -> str:
     """An identifier as inline code; backticks removed so it cannot close the span early."""
-    return "`" + redact(str(text)).replace("`", "'") + "`"
+    return "`" + printable(redact(str(text)), USER_TEXT_CHARS).replace("`", "'") + "`"
 
 
 _env = Environment(
