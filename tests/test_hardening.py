@@ -184,3 +184,125 @@ def test_control_and_bidi_characters_are_stripped_and_user_text_is_capped(tmp_pa
         assert char not in result.stderr, repr(char)
     assert "owned" in result.stdout  # the text itself stays, only the characters that act on a viewer go
     assert len(result.stdout) < 20_000  # a 1 MB comment is cut in the report (the trace keeps it whole)
+
+
+# --- exit codes keep their contract ------------------------------------------------------------
+
+
+def _config_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "triage.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("setup", "code"),
+    [
+        ("missing_index_folder", 3),
+        ("binary_config", 3),
+        ("store_not_sqlite", 3),
+        ("store_in_missing_folder", 3),
+        ("empty_tools", 3),
+        ("non_ascii_key", 3),
+    ],
+)
+def test_bad_configuration_is_exit_3_not_a_crash(tmp_path: Path, setup: str, code: int) -> None:
+    args, env = ["feedback"], {}
+    if setup == "missing_index_folder":
+        args += [
+            "--config",
+            str(_config_file(tmp_path, f'[[index]]\ncollection = "docs"\npath = "{tmp_path}/nope"\n')),
+        ]
+    elif setup == "binary_config":
+        binary = tmp_path / "config.toml"
+        binary.write_bytes(b"\xff\xfe\x00\x01binary")
+        args += ["--config", str(binary)]
+    elif setup == "store_not_sqlite":
+        not_a_store = tmp_path / "store.sqlite"
+        not_a_store.write_text("this is not a database, just text " * 100)
+        env["TRIAGE_STORE"] = str(not_a_store)
+    elif setup == "store_in_missing_folder":
+        env["TRIAGE_STORE"] = str(tmp_path / "no" / "such" / "store.sqlite")
+    elif setup == "empty_tools":
+        args += ["--config", str(_config_file(tmp_path, "[tools]\n"))]
+    elif setup == "non_ascii_key":
+        env.update({"OPENAI_API_KEY": "sk-cl\u00e9-0123456789", "TRIAGE_JUDGE_MODEL": "m"})
+    result = _invoke(args, env)
+    assert result.exit_code == code, result.output
+    assert "unexpected failure" not in result.output
+    if setup == "store_in_missing_folder":
+        assert not (tmp_path / "no").exists()  # not silently created
+    if setup == "non_ascii_key":
+        assert "OPENAI_API_KEY" in result.output and "cl\u00e9" not in result.output
+
+
+@pytest.mark.parametrize("hours", ["nan", "inf", "1e9", "-1"])
+def test_since_hours_must_be_a_real_window(hours: str) -> None:
+    result = _invoke(["feedback", "--since-hours", hours])
+    assert result.exit_code == 2, result.output
+
+
+def test_a_report_file_in_a_missing_folder_is_refused_before_the_run(tmp_path: Path) -> None:
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps(_deep_night()[1]) + "\n")
+    assert _invoke(["import", str(export)]).exit_code == 0
+    result = _invoke(["feedback", "--write", "--report-file", str(tmp_path / "missing" / "report.md")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+    again = _invoke(["feedback", "--write"])
+    assert "already triaged 0" in again.stderr  # the refused run wrote nothing
+
+
+def test_a_crash_under_json_logs_is_a_json_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import triage.compose
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(triage.compose, "feedback", crash)
+    result = _invoke(["feedback", "--log-format", "json"])
+    assert result.exit_code == 1
+    last = json.loads(result.stderr.strip().splitlines()[-1])
+    assert last["level"] == "error" and "unexpected failure: RuntimeError: boom" in last["message"]
+
+
+def test_a_judge_answering_html_lists_the_trace_instead_of_crashing(virtual_time: object) -> None:
+    import asyncio
+
+    import httpx
+    import openai
+
+    from triage.config import load_config
+    from triage.domain.records import Facts, Passage, ToolCall, Trace
+    from triage.errors import JudgeRejected
+    from triage.judges.llm.judge import LLMJudge
+
+    def html(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, text="<html><body>proxy login</body></html>", headers={"content-type": "text/html"}
+        )
+
+    async def judge_once() -> None:
+        client = openai.AsyncOpenAI(
+            api_key="x",
+            base_url="http://judge.test/v1",
+            http_client=httpx.AsyncClient(transport=httpx.MockTransport(html)),
+            max_retries=0,
+        )
+        judge = LLMJudge(client=client, model="m", components=load_config(None).components)
+        trace = Trace(
+            id="t",
+            question="How do I set maxTrialCount?",
+            answer="Set it.",
+            tool_calls=[ToolCall(id="c", name="search_kubeflow_docs", collection="docs")],
+            passages=[Passage(id="R1", text="maxTrialCount limits the trials.")],
+        )
+        try:
+            await judge.judge(
+                trace, [], None, Facts(agent_searched=True, agent_searched_collections=["docs"])
+            )
+        finally:
+            await judge.aclose()
+
+    with pytest.raises(JudgeRejected, match="did not answer a chat completion"):
+        asyncio.run(judge_once())

@@ -57,7 +57,8 @@ def open_backend(settings: Settings) -> Iterator[Backend]:
         ) as backend:
             yield backend
         return
-    with Store(settings.triage_store or default_store_path()) as store:
+    # the default location may be new on this machine; a folder named in TRIAGE_STORE must exist
+    with Store(settings.triage_store or default_store_path(), create_folder=settings.triage_store is None) as store:
         yield store
 
 
@@ -117,9 +118,16 @@ def feedback(
     judge = make_judge(judge_spec, settings, config)
     with open_backend(settings) as backend:
         searcher = make_searcher(settings, config) if judge.needs_research else None
-        return asyncio.run(
-            run_feedback(sources=Sources.of(backend), judge=judge, config=config, options=options, searcher=searcher)
-        )
+
+        async def run() -> RunResult:
+            try:
+                return await run_feedback(
+                    sources=Sources.of(backend), judge=judge, config=config, options=options, searcher=searcher
+                )
+            finally:
+                await judge.aclose()
+
+        return asyncio.run(run())
 
 
 def demo_shift(traces_file: Path, now: datetime) -> timedelta:

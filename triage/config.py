@@ -46,6 +46,10 @@ def load_config(path: Path | None = None) -> TriageConfig:
             raise ConfigError(f"config file not found: {path}") from ex
         except tomllib.TOMLDecodeError as ex:
             raise ConfigError(f"config file {path} is not valid TOML: {ex}") from ex
+        except UnicodeDecodeError as ex:
+            raise ConfigError(f"config file {path} is not UTF-8 text (a TOML file): {ex.reason}") from ex
+        except OSError as ex:
+            raise ConfigError(f"cannot read config file {path}: {ex.strerror or ex}") from ex
         data = _merge(data, user)
         for folder in data.get("index", []):
             # relative index folders are relative to the config file, not the working directory

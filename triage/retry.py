@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -82,18 +83,13 @@ def retry_after(headers: Mapping[str, str] | None, now: datetime | None = None) 
     if not headers:
         return None
     lowered = {str(k).lower(): str(v) for k, v in headers.items()}
-    if (ms := lowered.get("retry-after-ms")) is not None:
-        try:
-            return max(float(ms) / 1000, 0.0)
-        except ValueError:
-            pass
+    if (ms := lowered.get("retry-after-ms")) is not None and (seconds := _finite(ms)) is not None:
+        return max(seconds / 1000, 0.0)
     value = lowered.get("retry-after")
     if not value:
         return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    if (seconds := _finite(value)) is not None:
+        return max(seconds, 0.0)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -101,6 +97,15 @@ def retry_after(headers: Mapping[str, str] | None, now: datetime | None = None) 
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max((when - (now or current_clock().now())).total_seconds(), 0.0)
+
+
+def _finite(text: str) -> float | None:
+    """A finite number, or None: `float()` also accepts "nan", "inf" and "1e400", which no wait can be."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 class _Deadline(stop_base):
@@ -149,12 +154,14 @@ class RetryPolicy:
         self,
         clock: Clock,
         retryable: Callable[[BaseException], bool],
-        asked: Callable[[BaseException], float | None] | None,
+        asked: Callable[[BaseException], Mapping[str, str] | None] | None,
         before_sleep: Callable[[RetryCallState], None] | None,
     ) -> dict[str, Any]:
         def wait(state: RetryCallState) -> float:
             error = state.outcome.exception() if state.outcome else None
-            return self.wait_for(state, asked(error) if asked and error is not None else None)
+            headers = asked(error) if asked and error is not None else None
+            # an HTTP date is measured on the policy's clock, like every other wait
+            return self.wait_for(state, retry_after(headers, now=clock.now()))
 
         stop: stop_base = stop_never if self.attempts is None else stop_after_attempt(self.attempts)
         if self.deadline is not None:
@@ -171,10 +178,11 @@ class RetryPolicy:
         self,
         retryable: Callable[[BaseException], bool],
         *,
-        retry_after: Callable[[BaseException], float | None] | None = None,
+        retry_after: Callable[[BaseException], Mapping[str, str] | None] | None = None,
         before_sleep: Callable[[RetryCallState], None] | None = None,
     ) -> Retrying:
-        """A synchronous tenacity loop: `retrying(fn)` or `for attempt in retrying: with attempt: ...`."""
+        """A synchronous tenacity loop: `retrying(fn)` or `for attempt in retrying: with attempt: ...`.
+        `retry_after` finds the headers of a failure that may say how long to wait."""
         clock = self.clock or current_clock()
         return Retrying(sleep=clock.sleep, **self._options(clock, retryable, retry_after, before_sleep))
 
@@ -182,7 +190,7 @@ class RetryPolicy:
         self,
         retryable: Callable[[BaseException], bool],
         *,
-        retry_after: Callable[[BaseException], float | None] | None = None,
+        retry_after: Callable[[BaseException], Mapping[str, str] | None] | None = None,
         before_sleep: Callable[[RetryCallState], None] | None = None,
     ) -> AsyncRetrying:
         """The same loop for coroutines: `async for attempt in policy.async_retrying(...)`."""

@@ -55,6 +55,15 @@ class Settings(BaseSettings):
         # `kubectl create secret --from-file` keeps the file's trailing newline: a key never has one
         return value.strip() if isinstance(value, str) else value
 
+    @field_validator("langfuse_secret_key", "openai_api_key", "triage_mcp_token", "langfuse_public_key")
+    @classmethod
+    def _header_safe(cls, value: SecretStr | str | None) -> SecretStr | str | None:
+        # keys travel in HTTP headers, which carry visible ASCII only; never echo the value
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is not None and not all(33 <= ord(ch) <= 126 for ch in text):
+            raise ValueError("holds a character an HTTP header cannot carry (non-ASCII, a space or a control)")
+        return value
+
     @property
     def uses_langfuse(self) -> bool:
         return bool(self.langfuse_public_key or self.langfuse_secret_key)

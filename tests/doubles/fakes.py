@@ -67,6 +67,7 @@ class FakeJudge:
         self.can_skip_grounding = can_skip_grounding
         self.tokens_per_call = tokens_per_call
         self.history: list[JudgeCall] = []
+        self.closed = False
         self._queue: deque[dict[str, Any] | BaseException] = deque()
         self._by_trace: dict[str, deque[dict[str, Any] | BaseException]] = {}
         self._usage = Usage()
@@ -85,6 +86,9 @@ class FakeJudge:
     def pending(self) -> int:
         """Answers queued and not yet taken."""
         return len(self._queue) + sum(len(q) for q in self._by_trace.values())
+
+    async def aclose(self) -> None:
+        self.closed = True
 
     async def judge(
         self,

@@ -5,7 +5,7 @@ request it sees in `history`. The builders return bodies in the shapes of Langfu
 (../shared/langfuse/openapi.yml): a v3 scores page, a v2 observations page, the projects list, and
 the answers of `POST /api/public/scores` (200 on the older contract, 202 and 207 on the newer).
 
-    router = Router().on("GET", PROJECTS, error(429, headers={"Retry-After": "2"}), then=reply(200, projects()))
+    router = Router().on("GET", PROJECTS, error(429, headers={"Retry-After": "2"}), reply(200, projects()))
     backend = LangfuseBackend(..., httpx_client=router.client(), clock=VirtualClock())
 """
 
@@ -65,11 +65,16 @@ class _Route:
 
 
 class Router:
-    """The MockTransport handler: (method, path) -> queued answers, then a standing one."""
+    """The MockTransport handler: (method, path) -> queued answers, then a standing one.
 
-    def __init__(self) -> None:
+    More than `max_requests` requests fail the test (AssertionError, which no retry loop retries),
+    so a retry loop that never gives up fails fast instead of spinning in virtual time.
+    """
+
+    def __init__(self, max_requests: int = 500) -> None:
         self._routes: dict[tuple[str, str], _Route] = {}
         self.history: list[httpx.Request] = []
+        self.max_requests = max_requests
 
     def on(self, method: str, path: str, *answers: Answer, then: Answer | None = None) -> Router:
         """Answer `method path` with `answers` in turn, then with `then` for every later request.
@@ -85,6 +90,8 @@ class Router:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         request.read()
         self.history.append(request)
+        if len(self.history) > self.max_requests:
+            raise AssertionError(f"more than {self.max_requests} requests: a retry loop that never stops?")
         route = self._routes.get((request.method, request.url.path))
         if route is None:
             raise AssertionError(f"unexpected request: {request.method} {request.url}")

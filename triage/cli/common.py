@@ -16,7 +16,7 @@ from triage import logs
 from triage.config import load_config
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import RunResult, Shard
-from triage.errors import ConfigError, TriageError
+from triage.errors import ConfigError, ExitCode, TriageError
 from triage.redact import redact
 from triage.settings import Settings
 from triage.sinks.report import render_report
@@ -53,6 +53,10 @@ def handle_errors(func: F) -> F:
             if _raise_errors():
                 raise
             log.exception("unexpected failure", extra={"event": "crash"})
+            if logs.current_format == "json":
+                message = redact(f"unexpected failure: {type(ex).__name__}: {ex}")
+                log.error("%s", message, extra={"event": "error", "exit_code": int(ExitCode.ERROR)})
+                sys.exit(ExitCode.ERROR)
             raise click.ClickException(redact(f"unexpected failure: {type(ex).__name__}: {ex}")) from ex
 
     return wrapper  # type: ignore[return-value]
@@ -102,6 +106,13 @@ def parse_shard(value: str | None, settings: Settings) -> Shard:
     return Shard(settings.job_completion_index, shard_count)
 
 
+def writable_file(path: Path | None, option: str) -> Path | None:
+    """Checked before the run, so a report is never lost after the scores are written."""
+    if path is not None and not path.parent.is_dir():
+        raise click.BadParameter(f"the folder {path.parent} does not exist", param_hint=option)
+    return path
+
+
 def finish(result: RunResult, report: bool, report_file: Path | None) -> None:
     """Print the summary to the log, the report where asked, and exit with the run's code."""
     for line in summary_lines(result):
@@ -121,6 +132,7 @@ report_options = [
     click.option(
         "--report-file",
         type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        callback=lambda ctx, param, value: writable_file(value, "--report-file"),
         help="Also write the Markdown report to this file.",
     ),
 ]

@@ -18,11 +18,21 @@ from triage.cli.common import (
 )
 from triage.engine.options import RunOptions
 
+MAX_SINCE_HOURS = 24 * 366  # a year: Langfuse keeps no more by default, and a datetime cannot go far past
+
+
+def finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    # click's FloatRange lets NaN through (every comparison with NaN is false)
+    if value != value:
+        raise click.BadParameter("must be a number of hours, not NaN")
+    return value
+
 
 @click.command()
 @click.option(
     "--since-hours",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, max=MAX_SINCE_HOURS, min_open=True),
+    callback=finite,
     default=24.0,
     show_default=True,
     help="Window length; it ends 15 minutes before now (data lag) and reaches back a configured overlap.",

@@ -65,7 +65,7 @@ class TriageConfig(_Section):
     scores: ScoreNames = Field(default_factory=ScoreNames)
     window: WindowConfig = Field(default_factory=WindowConfig)
     agent: AgentConfig
-    tools: dict[str, str] = Field(description="tool name -> collection it searches")
+    tools: dict[str, str] = Field(min_length=1, description="tool name -> collection it searches")
     search: SearchConfig = Field(default_factory=SearchConfig)
     components: dict[str, Component]
     judge: JudgeConfig = Field(default_factory=JudgeConfig)

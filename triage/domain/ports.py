@@ -107,3 +107,7 @@ class Judge(Protocol):
         """Return `base` (the facts the trace proves) completed with the judged facts. With
         `grounding=False`, `answer_grounded` and `answer_declined` may stay unestablished."""
         ...
+
+    async def aclose(self) -> None:
+        """Release what the judge holds (a model client's connections), on the run's event loop."""
+        ...

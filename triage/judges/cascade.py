@@ -46,6 +46,10 @@ class CascadeJudge:
     def usage(self) -> Usage:
         return self.model.usage  # the cheap judge spends nothing
 
+    async def aclose(self) -> None:
+        await self.cheap.aclose()
+        await self.model.aclose()
+
     async def judge(
         self,
         trace: Trace,

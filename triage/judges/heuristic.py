@@ -168,6 +168,9 @@ class HeuristicJudge:
         self.threshold = threshold
         self.usage = Usage()
 
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
     async def judge(
         self,
         trace: Trace,

@@ -161,6 +161,9 @@ class ReplayJudge:
     def __len__(self) -> int:
         return len(self._facts)
 
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
     async def judge(
         self,
         trace: Trace,

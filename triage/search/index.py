@@ -17,7 +17,7 @@ from pathlib import Path
 
 from triage.domain.config import IndexFolder
 from triage.domain.records import Passage
-from triage.errors import SearchError
+from triage.errors import ConfigError
 
 MAX_CHUNK_CHARS = 1800
 _FRONT_MATTER = re.compile(r"\A(?:\+\+\+\n(?P<toml>.*?)\n\+\+\+|---\n(?P<yaml>.*?)\n---)\s*\n", re.DOTALL)
@@ -116,7 +116,7 @@ def _attrs(url: str, meta: Mapping[str, str], text: str | None) -> dict[str, str
 def chunks_of_folder(folder: IndexFolder) -> Iterator[Chunk]:
     root = Path(folder.path)
     if not root.is_dir():
-        raise SearchError(f"index folder not found: {root}")
+        raise ConfigError(f"index folder not found: {root} (check [[index]] in the configuration)")
     urls = _urls_from_index_file(root)
     for path in sorted(root.rglob("*")):
         if path.suffix.lower() not in SUFFIXES or not path.is_file():

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, ScoreWrite, Vote, WriteOutcome
 from triage.domain.scores import score_id
-from triage.errors import InputError
+from triage.errors import ConfigError, InputError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS observations (
@@ -82,16 +82,24 @@ class ImportCounts:
 class Store:
     """A SQLite file (or `:memory:`): a vote source, trace source and score sink (`Backend`)."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, create_folder: bool = True) -> None:
+        """Opens (or creates) the store. `create_folder=False`: a missing folder is an error (a
+        mistyped TRIAGE_STORE must not quietly become an empty store that reports 0 votes)."""
         self.path = str(path)
         self.stats = SourceStats()  # stays at 0: an embedded store makes no requests
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
-        self._lock = threading.Lock()
-        with self._lock:
-            self._db.executescript(SCHEMA)
+            folder = Path(self.path).parent
+            if not folder.is_dir() and not create_folder:
+                raise ConfigError(f"the embedded store's folder does not exist: {folder} (check TRIAGE_STORE)")
+            folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False)
+            self._db.row_factory = sqlite3.Row
+            self._lock = threading.Lock()
+            with self._lock:
+                self._db.executescript(SCHEMA)
+        except sqlite3.Error as ex:
+            raise ConfigError(f"{self.path} is not a triage store (SQLite): {ex}") from ex
 
     def close(self) -> None:
         self._db.close()

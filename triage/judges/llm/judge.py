@@ -127,6 +127,10 @@ class LLMJudge:
         """The response format in use (after any downgrade)."""
         return self.exchange.mode
 
+    async def aclose(self) -> None:
+        """Close the model client's connections (on the loop that opened them)."""
+        await self.exchange.aclose()
+
     async def judge(
         self,
         trace: Trace,

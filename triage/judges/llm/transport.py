@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
 import openai
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from triage.domain.records import Usage
 from triage.errors import ConfigError, JudgeError, JudgeRejected
-from triage.retry import RetryPolicy, retry_after
+from triage.retry import RetryPolicy
 
 StructuredMode = Literal["auto", "json_schema", "json_object", "none"]
 _MODES: tuple[Literal["json_schema", "json_object", "none"], ...] = ("json_schema", "json_object", "none")
@@ -52,10 +53,11 @@ def _retryable(ex: BaseException) -> bool:
     return isinstance(ex, _Transient | Unusable)
 
 
-def _asked_wait(ex: BaseException) -> float | None:
+def _wait_headers(ex: BaseException) -> Mapping[str, str] | None:
+    """The headers of a throttled or failed request, whose `Retry-After` says how long to wait."""
     if isinstance(ex, _Transient):
         response = getattr(ex.error, "response", None)
-        return retry_after(response.headers) if response is not None else None
+        return response.headers if response is not None else None
     return None
 
 
@@ -85,11 +87,14 @@ class ChatExchange:
         )
         self._send_temperature = True
 
+    async def aclose(self) -> None:
+        await self._client.close()
+
     async def complete(
         self, call: str, messages: list[dict[str, str]], schema: dict[str, Any], reply_type: type[T], usage: Usage
     ) -> tuple[str, T]:
         """One answered, parsed reply (raw text and model), with retries."""
-        retrying = self.retry.async_retrying(_retryable, retry_after=_asked_wait)
+        retrying = self.retry.async_retrying(_retryable, retry_after=_wait_headers)
         try:
             async for attempt in retrying:
                 with attempt:
@@ -161,13 +166,16 @@ class ChatExchange:
 
     def _count(self, completion: Any, usage: Usage) -> None:
         got = Usage(calls=1)
-        if completion.usage is not None:
+        if getattr(completion, "usage", None) is not None:
             got.input_tokens = completion.usage.prompt_tokens or 0
             got.output_tokens = completion.usage.completion_tokens or 0
         self.usage.add(got)
         usage.add(got)
 
     def _parse(self, completion: Any, reply_type: type[T], mode: str) -> tuple[str, T]:
+        if not hasattr(completion, "choices"):
+            # the openai client hands back the raw body when it is not JSON (a proxy's HTML page)
+            raise Unusable(f"the server did not answer a chat completion: {clip(str(completion))}")
         if not completion.choices:
             raise Unusable("the reply has no choices")
         choice = completion.choices[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import httpx
@@ -22,7 +22,7 @@ from tenacity import RetryCallState
 
 from triage.domain.ports import SourceStats
 from triage.errors import ConfigError, LangfuseError
-from triage.retry import RetryPolicy, retry_after
+from triage.retry import RetryPolicy
 
 log = logging.getLogger("triage.sources.langfuse")
 
@@ -52,10 +52,10 @@ def retryable(ex: BaseException) -> bool:
     return isinstance(ex, httpx.TransportError)  # timeouts, refused and dropped connections
 
 
-def _asked_wait(ex: BaseException) -> float | None:
-    """A 429's `Retry-After`; other failures back off."""
+def _wait_headers(ex: BaseException) -> Mapping[str, str] | None:
+    """A 429's headers, whose `Retry-After` says how long to wait; other failures back off."""
     if isinstance(ex, HttpStatus) and ex.status == 429:
-        return retry_after(ex.headers)
+        return ex.headers
     return None
 
 
@@ -130,7 +130,7 @@ class LangfuseHttp:
             )
 
         retrying = (retry or self.retry).retrying(
-            retryable, retry_after=_asked_wait, before_sleep=before_sleep
+            retryable, retry_after=_wait_headers, before_sleep=before_sleep
         )
         try:
             return retrying(attempt)
