@@ -306,3 +306,26 @@ def test_a_judge_answering_html_lists_the_trace_instead_of_crashing(virtual_time
 
     with pytest.raises(JudgeRejected, match="did not answer a chat completion"):
         asyncio.run(judge_once())
+
+
+def test_score_metadata_stays_bounded_however_much_the_answer_invents(tmp_path: Path) -> None:
+    from triage.sources.store import Store
+
+    invented = " ".join(f"--flag-{i}=value{i}" for i in range(60_000))  # 60k specifics seen nowhere
+    line = trace_line(
+        "invents",
+        "How do I configure a katib experiment trial?",
+        f"Use these flags: {invented}",
+        [("search_kubeflow_docs", KATIB, "A katib experiment configures each trial with a trial template.")],
+        at=NOW - timedelta(hours=2),
+    )
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps(line) + "\n")
+    assert _invoke(["import", str(export)]).exit_code == 0
+    result = _invoke(["feedback", "--write"])
+    assert result.exit_code == 0, result.output
+    with Store(tmp_path / "store.sqlite") as store:
+        rows = store.scores_named("triage_layer")
+    assert len(rows) == 1 and rows[0]["stringValue"] == "generation"
+    assert len(rows[0]["metadata"]) < 32_000  # was 1.1 MB: HTTP 413 from Langfuse, every night
+    assert "more" in json.loads(rows[0]["metadata"])["facts"]["unsupported_claims"][-1]

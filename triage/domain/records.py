@@ -165,6 +165,46 @@ class Facts(_Own):
     answer_sources: list[str] = Field(default_factory=list, description="URLs of passages holding the answer")
 
 
+# What a verdict stores is bounded, whatever the judge found: an answer with 60,000 invented
+# specifics must not make a 1 MB score (Langfuse answers 413, and the trace never gets written).
+MAX_ITEMS = 20
+MAX_ITEM_CHARS = 300
+MAX_NOTE_CHARS = 1000
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _items(values: list[str], more: str = "more") -> list[str]:
+    kept = [_cut(v, MAX_ITEM_CHARS) for v in values[:MAX_ITEMS]]
+    if len(values) > MAX_ITEMS:
+        kept.append(f"... and {len(values) - MAX_ITEMS} {more}")
+    return kept
+
+
+def bounded(facts: Facts) -> Facts:
+    """`facts` with every list and text cut to what a score's metadata can carry; the decision
+    fields are untouched, so the layer is the same."""
+    evidence = {
+        name: item.model_copy(
+            update={
+                "passage_ids": item.passage_ids[:MAX_ITEMS],
+                "quotes": [_cut(q, MAX_ITEM_CHARS) for q in item.quotes[:MAX_ITEMS]],
+                "note": _cut(item.note, MAX_NOTE_CHARS) if item.note else item.note,
+            }
+        )
+        for name, item in list(facts.evidence.items())[:MAX_ITEMS]
+    }
+    return facts.model_copy(
+        update={
+            "unsupported_claims": _items(facts.unsupported_claims),
+            "answer_sources": [_cut(s, MAX_ITEM_CHARS) for s in facts.answer_sources[:MAX_ITEMS]],
+            "evidence": evidence,
+        }
+    )
+
+
 class Verdict(_Own):
     """The triage of one trace."""
 

@@ -9,7 +9,7 @@ from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry, shorten
 from triage.domain.ownership import component_from_sources, find_component, owners
 from triage.domain.ports import Judge
-from triage.domain.records import Facts, Passage, ScoreWrite, Trace, Verdict, Vote
+from triage.domain.records import Facts, Passage, ScoreWrite, Trace, Verdict, Vote, bounded
 from triage.domain.rule import Undetermined, decide, explain
 from triage.domain.scores import score_id, score_timestamp
 from triage.engine.ledger import Ledger, comments
@@ -68,6 +68,7 @@ class VerdictMaker:
             except JudgeError as ex:
                 self.ledger.skip(votes, trace.id, "unavailable", f"judge unavailable: {ex}", trace.question)
                 return None
+        facts = bounded(facts)
         try:
             layer = decide(facts, self.config.agent.issues_collection)
         except Undetermined as ex:
