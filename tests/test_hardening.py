@@ -329,3 +329,17 @@ def test_score_metadata_stays_bounded_however_much_the_answer_invents(tmp_path: 
     assert len(rows) == 1 and rows[0]["stringValue"] == "generation"
     assert len(rows[0]["metadata"]) < 32_000  # was 1.1 MB: HTTP 413 from Langfuse, every night
     assert "more" in json.loads(rows[0]["metadata"])["facts"]["unsupported_claims"][-1]
+
+
+def test_a_trace_whose_rows_cannot_be_read_is_listed_and_the_others_are_triaged(tmp_path: Path) -> None:
+    import sqlite3
+
+    export = tmp_path / "export.jsonl"
+    export.write_text("\n".join(json.dumps(t) for t in _deep_night()) + "\n")
+    assert _invoke(["import", str(export)]).exit_code == 0
+    with sqlite3.connect(tmp_path / "store.sqlite") as db:
+        db.execute("UPDATE observations SET metadata = '{not json' WHERE traceId = 'deep'")
+    result = _invoke(["feedback", "--report"])
+    assert result.exit_code == 0, result.output  # bad input is listed, not degraded
+    assert "2 thumbs-down: 1 triaged, 1 not triaged" in result.stdout
+    assert "bad_input: a stored observation cannot be read" in result.stdout

@@ -44,7 +44,7 @@ from tests.doubles.langfuse_transport import (
     scores_partial,
     scores_table,
 )
-from triage.domain.records import ScoreWrite
+from triage.domain.records import ScoreWrite, UnreadableTrace
 from triage.domain.scores import score_id
 from triage.errors import ConfigError, LangfuseError
 from triage.retry import RetryPolicy, retry_after, use_clock
@@ -516,3 +516,27 @@ def test_virtual_time_fixture_makes_default_policies_virtual(virtual_time: Virtu
     flaky = Flaky(1)
     assert RetryPolicy(attempts=2, initial=3.0, jitter=0.0).retrying(retry_os_errors)(flaky) == "done"
     assert virtual_time.sleeps == [3.0]
+
+
+# --------------------------------------------------------------------------- rows that break the contract
+
+
+def test_one_row_breaking_the_contract_costs_only_its_own_trace(
+    router: Router, clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    tolerated = observation_v2("o-1", "t-1", start=T0, input="q", output="a")
+    tolerated["projectId"] = None  # a field triage never reads: tolerated
+    broken = observation_v2("o-2", "t-2", start=T0)
+    broken["startTime"] = "not a time"  # a field triage needs: that trace alone is unreadable
+    fine = observation_v2("o-3", "t-3", start=T0)
+    router.on("GET", OBSERVATIONS_V2, reply(200, observations_page([tolerated, broken, fine])))
+    with caplog.at_level("WARNING", logger="triage"):
+        found = backend(router, clock).observations(["t-1", "t-2", "t-3"])
+    assert [o.id for o in found["t-1"]] == ["o-1"]  # type: ignore[union-attr]
+    assert [o.id for o in found["t-3"]] == ["o-3"]  # type: ignore[union-attr]
+    unreadable = found["t-2"]
+    assert isinstance(unreadable, UnreadableTrace)
+    assert "startTime" in unreadable.reason and len(unreadable.reason) < 300
+    assert len(router.requests("GET", OBSERVATIONS_V2)) == 1  # one batch, one request
+    contract_lines = [r for r in caplog.records if "do not match the API contract" in r.getMessage()]
+    assert len(contract_lines) == 1  # the long validation error is logged once

@@ -21,7 +21,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from triage.domain.ports import SourceStats
-from triage.domain.records import Facts, Observation, Passage, ScoreWrite, Trace, Usage, Vote, WriteOutcome
+from triage.domain.records import (
+    Facts,
+    Observation,
+    Passage,
+    ScoreWrite,
+    Trace,
+    UnreadableTrace,
+    Usage,
+    Vote,
+    WriteOutcome,
+)
 from triage.domain.scores import score_id
 
 if TYPE_CHECKING:
@@ -307,7 +317,7 @@ class FakeSource:
             for s, traces in starts.items()
         }
 
-    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:
         self._call("observations", tuple(trace_ids))
         return {t: list(self._observations.get(t, [])) for t in trace_ids}
 

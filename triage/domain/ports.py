@@ -18,7 +18,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from triage.domain.records import Facts, Observation, Passage, ScoreWrite, Trace, Usage, Vote, WriteOutcome
+from triage.domain.records import (
+    Facts,
+    Observation,
+    Passage,
+    ScoreWrite,
+    Trace,
+    UnreadableTrace,
+    Usage,
+    Vote,
+    WriteOutcome,
+)
 
 
 @dataclass
@@ -45,8 +55,9 @@ class TraceSource(Protocol):
         """For each session, its trace ids ordered by the start time of their root observations."""
         ...
 
-    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
-        """The observations of each trace, de-duplicated by id keeping the newest row."""
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:
+        """The observations of each trace, de-duplicated by id keeping the newest row; or why a
+        trace's rows cannot be read (that trace alone)."""
         ...
 
     def trace_url(self, trace_id: str) -> str | None:

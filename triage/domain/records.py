@@ -87,6 +87,13 @@ class Observation(_Incoming):
     updated_at: datetime | None = Field(default=None, alias="updatedAt")
 
 
+class UnreadableTrace(_Own):
+    """A trace whose stored rows cannot be read (one breaks the source's contract): listed as bad
+    input, so the traces read with it are still triaged."""
+
+    reason: str
+
+
 class Passage(_Own):
     """A piece of retrieved text. Ids are stable for a trace: R1.. agent-retrieved, S1.. re-searched."""
 

@@ -14,7 +14,7 @@ import logging
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry
 from triage.domain.ports import ScoreSink, TraceSource
-from triage.domain.records import Observation, ScoreWrite, Trace, Vote
+from triage.domain.records import Observation, ScoreWrite, Trace, UnreadableTrace, Vote
 from triage.engine.ledger import Ledger
 from triage.engine.options import RunOptions
 from triage.engine.progress import Progress
@@ -68,7 +68,7 @@ class Stream:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _read(self, chunk: list[str]) -> dict[str, list[Observation]]:
+    def _read(self, chunk: list[str]) -> dict[str, list[Observation] | UnreadableTrace]:
         return self.traces.observations(chunk)
 
     async def _produce(self, by_trace: dict[str, list[Vote]], trace_ids: list[str]) -> None:
@@ -90,8 +90,13 @@ class Stream:
             for trace_id in chunk:
                 votes = by_trace.pop(trace_id)
                 url = self.traces.trace_url(trace_id)
+                rows = found.get(trace_id, [])
+                if isinstance(rows, UnreadableTrace):
+                    self.ledger.skip(votes, trace_id, "bad_input", rows.reason)
+                    self.progress.tick()
+                    continue
                 try:
-                    trace = read_trace(trace_id, found.get(trace_id, []), self.config.tools, url)
+                    trace = read_trace(trace_id, rows, self.config.tools, url)
                 except InputError as ex:
                     self.ledger.skip(votes, trace_id, "bad_input", str(ex))
                     self.progress.tick()

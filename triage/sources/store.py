@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from triage.domain.ports import SourceStats
-from triage.domain.records import Observation, ScoreWrite, Vote, WriteOutcome
+from triage.domain.records import Observation, ScoreWrite, UnreadableTrace, Vote, WriteOutcome
 from triage.domain.scores import score_id
 from triage.errors import ConfigError, InputError
 
@@ -257,8 +257,8 @@ class Store:
             found[row["sessionId"]].append(row["traceId"])
         return found
 
-    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
-        found: dict[str, list[Observation]] = {t: [] for t in trace_ids}
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:
+        found: dict[str, list[Observation] | UnreadableTrace] = {t: [] for t in trace_ids}
         if not trace_ids:
             return found
         with self._lock:
@@ -267,10 +267,17 @@ class Store:
                 list(trace_ids),
             ).fetchall()
         for row in rows:
+            trace_id = row["traceId"]
+            rows_so_far = found[trace_id]
+            if isinstance(rows_so_far, UnreadableTrace):
+                continue
             data = dict(row)
-            data["metadata"] = json.loads(data["metadata"]) if data["metadata"] else None
-            data["isRootObservation"] = data["parentObservationId"] is None
-            found[row["traceId"]].append(Observation.model_validate(data))
+            try:
+                data["metadata"] = json.loads(data["metadata"]) if data["metadata"] else None
+                data["isRootObservation"] = data["parentObservationId"] is None
+                rows_so_far.append(Observation.model_validate(data))
+            except (ValueError, RecursionError) as ex:  # ValidationError is a ValueError
+                found[trace_id] = UnreadableTrace(reason=f"a stored observation cannot be read: {str(ex)[:200]}")
         return found
 
     def triaged(self, trace_ids: Sequence[str], score_name: str, rule_version: str) -> set[str]:

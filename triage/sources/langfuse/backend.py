@@ -15,7 +15,7 @@ from datetime import datetime
 import httpx
 
 from triage.domain.ports import SourceStats
-from triage.domain.records import Observation, ScoreWrite, Vote, WriteOutcome
+from triage.domain.records import Observation, ScoreWrite, UnreadableTrace, Vote, WriteOutcome
 from triage.errors import ConfigError
 from triage.retry import Clock, RetryPolicy
 from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
@@ -105,7 +105,7 @@ class LangfuseBackend:
     def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
         return self._traces.session_traces(session_ids)
 
-    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:
         return self._traces.observations(trace_ids)
 
     def trace_url(self, trace_id: str) -> str | None:

@@ -15,16 +15,17 @@ from urllib.parse import quote
 
 import pydantic
 
-from triage.domain.records import Observation
+from triage.domain.records import Observation, UnreadableTrace
 from triage.errors import LangfuseError
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, paged
 from triage.sources.langfuse.wire import (
+    ObservationsPage,
     as_utc,
     chunks,
     id_batches,
     legacy_observation,
     newer_observation,
-    to_observation,
+    v2_observation,
 )
 
 log = logging.getLogger("triage.sources.langfuse")
@@ -33,30 +34,47 @@ OBS_PAGE = 1000  # v2 observations: the documented maximum
 SESSIONS_PER_READ = 100
 OBS_FIELDS = "core,basic,time,io,metadata"
 
+_PARAMS = {"trace_id": "traceId"}
+
+
+def _first(ex: Exception) -> str:
+    """The first problem of a validation error, in one line (the full text is logged once)."""
+    if isinstance(ex, pydantic.ValidationError):
+        error = ex.errors()[0]
+        return f"{'.'.join(str(p) for p in error['loc']) or 'row'}: {error['msg']}"
+    return str(ex).splitlines()[0][:200]
+
 
 class TraceReads:
     def __init__(self, http: LangfuseHttp) -> None:
         self.http = http
         self.legacy: bool | None = None  # True: /v2/observations answers 404 (Langfuse v3)
         self.filter_any_of = True  # False: the server refused a traceId `any of` filter
+        #: trace id -> why its rows cannot be read (a row breaks the contract in a field triage reads)
+        self.unreadable: dict[str, str] = {}
 
-    def _pages(self, what: str, **params: Any) -> Iterator[Any]:
-        def page(cursor: str | None) -> Any:
-            return self.http.call(
-                what,
-                lambda: self.http.api.observations.get_many(
-                    limit=OBS_PAGE, cursor=cursor, request_options=self.http.options, **params
-                ),
-            )
+    def _pages(self, what: str, **params: Any) -> Iterator[dict[str, Any]]:
+        """Raw rows, page by page. Plain HTTP, not the SDK: its page model rejects a whole page for one
+        row that breaks the contract in a field triage never reads (`projectId: null`)."""
+        query = {_PARAMS.get(k, k): v for k, v in params.items() if v is not None}
+
+        def page(cursor: str | None) -> ObservationsPage:
+            page_query = {**query, "limit": OBS_PAGE, **({"cursor": cursor} if cursor else {})}
+            body = self.http.call(what, lambda: self.http.raw("GET", "api/public/v2/observations", params=page_query))
+            try:
+                return ObservationsPage.model_validate(body)
+            except pydantic.ValidationError as ex:
+                raise LangfuseError(f"{what}: the page does not match the API contract: {_first(ex)}") from None
 
         yield from paged(page, what)
 
-    def _v2_rows(self, what: str, **params: Any) -> list[Any] | None:
-        """All rows of a v2 observations query; None when the server has no such endpoint (404)."""
+    def _v2_rows(self, what: str, **params: Any) -> list[Observation] | None:
+        """All rows of a v2 observations query; None when the server has no such endpoint (404).
+        A row that breaks the contract in a field triage reads marks its trace unreadable."""
         if self.legacy:
             return None
         try:
-            rows = list(self._pages(what, **params))
+            raw_rows = list(self._pages(what, **params))
         except HttpStatus as ex:
             if ex.status == 404:
                 log.info("GET /api/public/v2/observations answers 404: reading the legacy trace API")
@@ -64,25 +82,44 @@ class TraceReads:
                 return None
             raise
         self.legacy = False
+        rows: list[Observation] = []
+        first_error: str | None = None
+        for raw in raw_rows:
+            try:
+                rows.append(v2_observation(raw))
+            except (pydantic.ValidationError, TypeError, ValueError) as ex:
+                trace_id = str(raw.get("traceId")) if isinstance(raw, dict) else "?"
+                self.unreadable.setdefault(trace_id, f"an observation does not match the API contract: {_first(ex)}")
+                first_error = first_error or str(ex)
+        if first_error is not None:
+            # the whole validation error once, not once per trace
+            log.warning("%s: some observation rows do not match the API contract: %s", what, first_error[:2000])
         return rows
 
-    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation]]:
+    def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:
         ids = list(dict.fromkeys(trace_ids))
         result: dict[str, dict[str, Observation]] = {t: {} for t in ids}
         for batch in id_batches(ids):
             rows = self._batch_rows(batch)
             if rows is None:
                 break  # legacy server: read every trace below
-            for row in rows:
-                obs = to_observation(row)
+            for obs in rows:
                 if obs.trace_id in result and newer_observation(obs, result[obs.trace_id].get(obs.id)):
                     result[obs.trace_id][obs.id] = obs
         if self.legacy:
             for trace_id in ids:
                 result[trace_id] = {o.id: o for o in self._legacy_trace(trace_id)}
-        return {t: sorted(obs.values(), key=lambda o: (o.start_time, o.id)) for t, obs in result.items()}
+        out: dict[str, list[Observation] | UnreadableTrace] = {}
+        for trace_id, found in result.items():
+            reason = self.unreadable.pop(trace_id, None)
+            out[trace_id] = (
+                UnreadableTrace(reason=reason)
+                if reason is not None
+                else sorted(found.values(), key=lambda o: (o.start_time, o.id))
+            )
+        return out
 
-    def _batch_rows(self, batch: list[str]) -> list[Any] | None:
+    def _batch_rows(self, batch: list[str]) -> list[Observation] | None:
         what = f"reading observations of {len(batch)} traces"
         if self.filter_any_of:
             condition = [{"type": "stringOptions", "column": "traceId", "operator": "any of", "value": batch}]
@@ -100,7 +137,7 @@ class TraceReads:
                 # rows of other traces: the filter was ignored, so this server cannot batch
                 log.info("the server ignored the traceId filter: reading one trace per request")
                 self.filter_any_of = False
-        out: list[Any] = []
+        out: list[Observation] = []
         for trace_id in batch:
             try:
                 rows = self._v2_rows(f"reading trace {trace_id}", trace_id=trace_id, fields=OBS_FIELDS)
@@ -147,6 +184,7 @@ class TraceReads:
                 raise fail(what, ex) from None
             if rows is None:
                 break
+            self.unreadable.clear()  # a session read only orders traces; their own read reports them
             for row in rows:
                 if row.session_id in starts and row.trace_id:
                     traces = starts[row.session_id]

@@ -50,6 +50,13 @@ class ScoresPage(pydantic.BaseModel):
     meta: ScoresMeta
 
 
+class ObservationsPage(pydantic.BaseModel):
+    """A v2 observations page; its rows stay raw, each is read on its own (`v2_observation`)."""
+
+    data: list[dict[str, Any]]
+    meta: ScoresMeta
+
+
 def chunks(items: Sequence[T], size: int) -> Iterator[list[T]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
@@ -138,27 +145,12 @@ def to_vote(row: ScoreRow) -> Vote | None:
     )
 
 
-def to_observation(row: Any) -> Observation:
-    """An SDK ObservationV2 row."""
-    return Observation(
-        id=row.id,
-        traceId=row.trace_id or "",
-        type=row.type or "SPAN",
-        name=row.name,
-        parentObservationId=row.parent_observation_id,
-        startTime=row.start_time,
-        endTime=row.end_time,
-        input=raw_io(row.input),
-        output=raw_io(row.output),
-        metadata=row.metadata,
-        sessionId=row.session_id,
-        userId=row.user_id,
-        environment=row.environment,
-        isRootObservation=row.is_root_observation,
-        level=row.level,
-        statusMessage=row.status_message,
-        updatedAt=row.updated_at,
-    )
+def v2_observation(raw: dict[str, Any]) -> Observation:
+    """One ObservationV2 row, tolerant of fields triage does not read. Raises ValidationError."""
+    row = {**raw, "input": raw_io(raw.get("input")), "output": raw_io(raw.get("output"))}
+    row["traceId"] = row.get("traceId") or ""
+    row["type"] = row.get("type") or "SPAN"
+    return Observation.model_validate(row)
 
 
 def legacy_observation(raw: dict[str, Any], trace: dict[str, Any], trace_id: str) -> Observation:
