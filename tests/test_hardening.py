@@ -343,3 +343,47 @@ def test_a_trace_whose_rows_cannot_be_read_is_listed_and_the_others_are_triaged(
     assert result.exit_code == 0, result.output  # bad input is listed, not degraded
     assert "2 thumbs-down: 1 triaged, 1 not triaged" in result.stdout
     assert "bad_input: a stored observation cannot be read" in result.stdout
+
+
+# --- `triage import` lets no bad input through ----------------------------------------------------
+
+
+def _import_lines(tmp_path: Path, *rows: dict[str, Any] | bytes) -> Any:
+    export = tmp_path / "export.jsonl"
+    export.write_bytes(
+        b"\n".join(r if isinstance(r, bytes) else json.dumps(r).encode() for r in rows) + b"\n"
+    )
+    return _invoke(["import", str(export)])
+
+
+def test_import_refuses_a_boolean_vote_that_is_not_0_or_1(tmp_path: Path) -> None:
+    row = trace_line("t1", "What is Katib?", "A tuner.", [])
+    row["scores"][0]["value"] = "zero"
+    result = _import_lines(tmp_path, row)
+    assert result.exit_code == 1
+    assert "line 1" in result.output and "BOOLEAN" in result.output
+
+
+def test_import_refuses_an_observation_of_another_trace(tmp_path: Path) -> None:
+    row = trace_line("t1", "What is Katib?", "A tuner.", [("search_kubeflow_docs", KATIB, "Katib tunes.")])
+    row["observations"][1]["traceId"] = "t2"
+    result = _import_lines(tmp_path, row)
+    assert result.exit_code == 1
+    assert "belongs to trace 't2'" in result.output
+
+
+def test_import_refuses_a_trace_on_two_lines(tmp_path: Path) -> None:
+    row = trace_line("t1", "What is Katib?", "A tuner.", [])
+    result = _import_lines(tmp_path, row, row)
+    assert result.exit_code == 1
+    assert "line 2" in result.output and "already on line 1" in result.output
+
+
+def test_import_names_the_line_of_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
+    good = trace_line("t1", "What is Katib?", "A tuner.", [])
+    result = _import_lines(
+        tmp_path, good, b'{"traceId": "t2", "observations": [], "scores": [], "x": "\xff"}'
+    )
+    assert result.exit_code == 1
+    assert "line 2" in result.output and "UTF-8" in result.output
+    assert "unexpected failure" not in result.output

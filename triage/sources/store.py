@@ -128,6 +128,7 @@ class Store:
         observations: list[dict[str, Any]] = []
         scores: list[dict[str, Any]] = []
         counts = ImportCounts()
+        trace_lines: dict[str, int] = {}  # trace id -> the line that holds it
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -140,9 +141,19 @@ class Store:
                 raise InputError(f"{where}: JSON nested too deeply to read") from None
             if not isinstance(row, dict):
                 raise InputError(f"{where}: expected an object with observations and scores")
-            counts.traces += 1 if row.get("observations") else 0
+            trace_id = row.get("traceId")
+            if trace_id is not None and not isinstance(trace_id, str):
+                raise InputError(f"{where}: traceId must be a string or null")
+            if row.get("observations"):
+                if trace_id is None:
+                    raise InputError(f"{where}: observations need the line's traceId")
+                if trace_id in trace_lines:
+                    # merging two lines would silently combine two exports of one trace
+                    raise InputError(f"{where}: trace {trace_id!r} is already on line {trace_lines[trace_id]}")
+                trace_lines[trace_id] = number
+                counts.traces += 1
             for obs in row.get("observations") or []:
-                observations.append(self._observation_row(obs, row.get("traceId"), where, shift))
+                observations.append(self._observation_row(obs, trace_id, where, shift))
             for score in row.get("scores") or []:
                 scores.append(self._score_row(score, where, shift))
         with self._tx() as db:
@@ -161,10 +172,16 @@ class Store:
 
     def import_file(self, path: Path, shift: timedelta = timedelta(0)) -> ImportCounts:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            data = Path(path).read_bytes()
         except OSError as ex:
             raise InputError(f"cannot read {path}: {ex.strerror or ex}") from ex
-        return self.import_lines(text.splitlines(), str(path), shift)
+        lines: list[str] = []
+        for number, raw in enumerate(data.split(b"\n"), start=1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r"))
+            except UnicodeDecodeError as ex:
+                raise InputError(f"{path}, line {number}: not UTF-8 (byte {ex.start + 1} of the line)") from None
+        return self.import_lines(lines, str(path), shift)
 
     @staticmethod
     def _observation_row(obs: Any, trace_id: Any, where: str, shift: timedelta) -> dict[str, Any]:
@@ -172,6 +189,11 @@ class Store:
             raise InputError(f"{where}: an observation must be an object")
         data = dict(obs)
         data.setdefault("traceId", trace_id)
+        if data["traceId"] != trace_id:
+            raise InputError(
+                f"{where}: observation {data.get('id')!r} belongs to trace {data['traceId']!r}, "
+                f"not to this line's trace {trace_id!r}"
+            )
         for key in ("input", "output"):
             data[key] = _as_raw(data.get(key))
         try:
@@ -198,6 +220,11 @@ class Store:
         value = score.get("value")
         if isinstance(value, bool):
             value = float(value)
+        if score.get("dataType") in ("BOOLEAN", "NUMERIC") and not isinstance(value, int | float):
+            # stored as text it would be no vote at all, and never listed
+            raise InputError(f"{where}: score {score['id']!r} is {score['dataType']} but its value is {value!r}")
+        if score.get("dataType") == "BOOLEAN" and value not in (0, 1):
+            raise InputError(f"{where}: score {score['id']!r} is BOOLEAN but its value is {value!r} (0 or 1)")
         if isinstance(value, str):
             row["stringValue"], row["value"] = value, None
         elif value is not None and not isinstance(value, (int, float)):
