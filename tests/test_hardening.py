@@ -387,3 +387,123 @@ def test_import_names_the_line_of_a_byte_that_is_not_utf8(tmp_path: Path) -> Non
     assert result.exit_code == 1
     assert "line 2" in result.output and "UTF-8" in result.output
     assert "unexpected failure" not in result.output
+
+
+# --- Langfuse outages are bounded -------------------------------------------------------------
+
+
+def _langfuse_env(url: str) -> dict[str, str]:
+    return {
+        "LANGFUSE_PUBLIC_KEY": "pk-lf-test",
+        "LANGFUSE_SECRET_KEY": "sk-lf-test",
+        "LANGFUSE_BASE_URL": url,
+    }
+
+
+def test_langfuse_down_at_start_ends_the_run_within_two_minutes(virtual_time: Any) -> None:
+    result = _invoke(["feedback", "--report"], _langfuse_env(f"http://127.0.0.1:{_free_port()}"))
+    assert result.exit_code == 1, result.output
+    assert "gave up" in result.output
+    assert virtual_time.elapsed <= 120  # by default: the 90 s deadline of one call, in virtual time
+
+
+def test_after_one_call_gives_up_on_an_outage_the_next_ones_try_once(virtual_time: Any) -> None:
+    from triage.errors import LangfuseError
+    from triage.sources.langfuse.backend import LangfuseBackend
+
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens: every request is refused
+    backend = LangfuseBackend(public_key="pk-lf-t", secret_key="sk-lf-t", base_url=url, deadline_seconds=10)
+    for _ in range(2):
+        with pytest.raises(LangfuseError, match="gave up"):
+            backend.triaged(["t1"], "triage_layer", "1")
+    first_call = backend.stats.requests
+    assert first_call > 3  # the first call retried until its deadline
+    with pytest.raises(LangfuseError):
+        backend.triaged(["t2"], "triage_layer", "1")
+    assert backend.stats.requests == first_call + 1  # plainly down: one attempt, no back-off
+    backend.close()
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_langfuse_outage_exits_within_30_s_with_the_summary() -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    records = [
+        trace_line(
+            f"t{i}",
+            "How do I configure a katib experiment trial?",
+            "Use the trial template.",
+            [],
+            at=NOW - timedelta(hours=2),
+        )
+        for i in range(20)
+    ]
+    with LangfuseStandIn(records=records) as server:
+        env = {"PATH": os.environ["PATH"], **_langfuse_env(server.url)}
+        env.update({"LANGFUSE_PUBLIC_KEY": server.public_key, "LANGFUSE_SECRET_KEY": server.secret_key})
+        env["TRIAGE_LANGFUSE_DEADLINE_SECONDS"] = (
+            "600"  # without SIGTERM the writes would retry for 10 minutes
+        )
+        server.schedule_restart(at_request=5, down_seconds=600)  # Langfuse goes away after the reads
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "triage", "feedback", "--write", "--report", "--judge", "heuristic"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while len(server.log) < 5 and time.monotonic() < deadline:  # until the reads are done
+            time.sleep(0.1)
+        time.sleep(2.0)  # the writes are now retrying against a Langfuse that is gone
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+    assert took < 30, err
+    assert proc.returncode in (4, 5), err
+    assert "summary: thumbs-down 20" in err
+    assert out.startswith("# Triage of thumbs-down answers")
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_votes_are_read_is_exit_4_with_every_vote_listed() -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    records = [
+        trace_line(f"t{i}", "What is Katib?", "A tuner.", [], at=NOW - timedelta(hours=2)) for i in range(3)
+    ]
+    with LangfuseStandIn(records=records) as server:
+        server.inject("slow", seconds=3.0, path="/v3/scores")  # the first votes read takes 3 s
+        env = {
+            "PATH": os.environ["PATH"],
+            **_langfuse_env(server.url),
+            "LANGFUSE_PUBLIC_KEY": server.public_key,
+            "LANGFUSE_SECRET_KEY": server.secret_key,
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "triage", "feedback", "--report", "--judge", "heuristic"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 20
+        while not any("/v3/scores" in r.path for r in server.log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the read is in flight
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err  # not 143: the run lists what it did not triage
+    assert "3 thumbs-down: 0 triaged, 3 not triaged" in out
+    assert "stopped (SIGTERM)" in out

@@ -21,6 +21,7 @@ from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
 from triage.errors import ConfigError, InputError
 from triage.judges.heuristic import HeuristicJudge
+from triage.retry import Budget
 from triage.search.index import Index
 from triage.search.local import LocalSearcher
 from triage.settings import Settings
@@ -39,7 +40,7 @@ def default_store_path() -> Path:
 
 
 @contextmanager
-def open_backend(settings: Settings) -> Iterator[Backend]:
+def open_backend(settings: Settings, budget: Budget | None = None) -> Iterator[Backend]:
     if settings.uses_langfuse:
         if not settings.langfuse_public_key or not settings.langfuse_secret_key:
             missing = "LANGFUSE_SECRET_KEY" if settings.langfuse_public_key else "LANGFUSE_PUBLIC_KEY"
@@ -53,7 +54,9 @@ def open_backend(settings: Settings) -> Iterator[Backend]:
             secret_key=settings.langfuse_secret_key.get_secret_value(),
             base_url=settings.langfuse_base_url,
             timeout=settings.langfuse_timeout,
+            deadline_seconds=settings.triage_langfuse_deadline_seconds,
             confirm_wait_seconds=settings.triage_confirm_wait_seconds,
+            budget=budget,
         ) as backend:
             yield backend
         return
@@ -62,20 +65,23 @@ def open_backend(settings: Settings) -> Iterator[Backend]:
         yield store
 
 
-def make_searcher(settings: Settings, config: TriageConfig) -> AbstractAsyncContextManager[Searcher]:
+def make_searcher(
+    settings: Settings, config: TriageConfig, budget: Budget | None = None
+) -> AbstractAsyncContextManager[Searcher]:
     if settings.triage_mcp_url or settings.triage_mcp_command:
-        from triage.search.mcp_client import McpSearcher
+        from triage.search.mcp_client import MCP_RETRY, McpSearcher
 
         return McpSearcher(
             url=settings.triage_mcp_url,
             command=shlex.split(settings.triage_mcp_command) if settings.triage_mcp_command else None,
             token=settings.triage_mcp_token.get_secret_value() if settings.triage_mcp_token else None,
             tools=config.tools,
+            retry=MCP_RETRY.with_(budget=budget),
         )
     return LocalSearcher(Index.from_folders(config.index or demo_index_folders()))
 
 
-def make_judge(spec: str | None, settings: Settings, config: TriageConfig) -> Judge:
+def make_judge(spec: str | None, settings: Settings, config: TriageConfig, budget: Budget | None = None) -> Judge:
     """`heuristic`, `llm`, `cascade` or `replay:FILE`; by default `llm` when a model is configured."""
     spec = spec or ("llm" if settings.triage_judge_model else "heuristic")
     if spec == "heuristic":
@@ -102,6 +108,7 @@ def make_judge(spec: str | None, settings: Settings, config: TriageConfig) -> Ju
             components=config.components,
             default_component=config.agent.default_component,
             concurrency=config.judge.concurrency,
+            budget=budget,
         )
         if spec == "llm":
             return model_judge
@@ -115,14 +122,21 @@ def feedback(
     settings: Settings, config: TriageConfig, options: RunOptions, judge_spec: str | None
 ) -> RunResult:
     """The one core call behind `triage feedback`."""
-    judge = make_judge(judge_spec, settings, config)
-    with open_backend(settings) as backend:
-        searcher = make_searcher(settings, config) if judge.needs_research else None
+    # one budget for the run's waiting on outside systems; SIGTERM spends it at once
+    budget = Budget(settings.triage_retry_budget_seconds)
+    judge = make_judge(judge_spec, settings, config, budget)
+    with open_backend(settings, budget) as backend:
+        searcher = make_searcher(settings, config, budget) if judge.needs_research else None
 
         async def run() -> RunResult:
             try:
                 return await run_feedback(
-                    sources=Sources.of(backend), judge=judge, config=config, options=options, searcher=searcher
+                    sources=Sources.of(backend),
+                    judge=judge,
+                    config=config,
+                    options=options,
+                    searcher=searcher,
+                    budget=budget,
                 )
             finally:
                 await judge.aclose()

@@ -12,6 +12,7 @@ import asyncio
 import email.utils
 import math
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -108,6 +109,67 @@ def _finite(text: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
+class Budget:
+    """A run's allowance for waiting on outside systems, shared by every policy that holds it.
+
+    Once it is spent (its seconds are up, or `cancel()` was called on SIGTERM) no call retries any
+    more: each still makes its one attempt (so in-flight work can still be written when the system
+    is up), and a back-off in progress ends within `SLICE` seconds.
+    """
+
+    SLICE = 0.5
+
+    def __init__(self, seconds: float | None = None, clock: Clock | None = None) -> None:
+        self.seconds = seconds
+        self.clock = clock or current_clock()
+        self.started = self.clock.monotonic()
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def remaining(self) -> float | None:
+        """Seconds left; None without a limit (until cancelled)."""
+        if self.cancelled:
+            return 0.0
+        if self.seconds is None:
+            return None
+        return max(self.seconds - (self.clock.monotonic() - self.started), 0.0)
+
+    def spent(self, upcoming: float = 0.0) -> bool:
+        """Whether a wait of `upcoming` seconds would overrun the budget (or it was cancelled)."""
+        left = self.remaining()
+        return left is not None and upcoming >= left
+
+    def sleep(self, clock: Clock, seconds: float) -> None:
+        """Wait `seconds`, ending early once the budget is cancelled. A virtual clock's sleep is
+        instant, so it cannot be interrupted: it sleeps once."""
+        if not isinstance(clock, SystemClock):
+            clock.sleep(seconds)
+        elif not self.cancelled:
+            self._cancelled.wait(seconds)  # SIGTERM (another thread) wakes it at once
+
+    async def async_sleep(self, clock: Clock, seconds: float) -> None:
+        if not isinstance(clock, SystemClock):
+            await clock.async_sleep(seconds)
+            return
+        end = clock.monotonic() + seconds
+        while not self.cancelled and (left := end - clock.monotonic()) > 0:
+            await clock.async_sleep(min(left, self.SLICE))  # the signal handler runs on this loop
+
+
+class _BudgetStop(stop_base):
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.budget.spent(retry_state.upcoming_sleep or 0.0)
+
+
 class _Deadline(stop_base):
     """Stop when the next wait would end past the deadline (measured on the policy's clock)."""
 
@@ -138,6 +200,8 @@ class RetryPolicy:
     max_retry_after: float | None = None
     #: None: `current_clock()` when the loop starts
     clock: Clock | None = None
+    #: the run's budget: when it is spent no call retries any more
+    budget: Budget | None = None
 
     def with_(self, **changes: Any) -> RetryPolicy:
         return replace(self, **changes)
@@ -166,6 +230,8 @@ class RetryPolicy:
         stop: stop_base = stop_never if self.attempts is None else stop_after_attempt(self.attempts)
         if self.deadline is not None:
             stop = stop | _Deadline(clock, self.deadline)
+        if self.budget is not None:
+            stop = stop | _BudgetStop(self.budget)
         return {
             "retry": retry_if_exception(retryable),
             "wait": wait,
@@ -184,7 +250,9 @@ class RetryPolicy:
         """A synchronous tenacity loop: `retrying(fn)` or `for attempt in retrying: with attempt: ...`.
         `retry_after` finds the headers of a failure that may say how long to wait."""
         clock = self.clock or current_clock()
-        return Retrying(sleep=clock.sleep, **self._options(clock, retryable, retry_after, before_sleep))
+        budget = self.budget
+        sleep = clock.sleep if budget is None else (lambda seconds: budget.sleep(clock, seconds))
+        return Retrying(sleep=sleep, **self._options(clock, retryable, retry_after, before_sleep))
 
     def async_retrying(
         self,
@@ -195,6 +263,6 @@ class RetryPolicy:
     ) -> AsyncRetrying:
         """The same loop for coroutines: `async for attempt in policy.async_retrying(...)`."""
         clock = self.clock or current_clock()
-        return AsyncRetrying(
-            sleep=clock.async_sleep, **self._options(clock, retryable, retry_after, before_sleep)
-        )
+        budget = self.budget
+        sleep = clock.async_sleep if budget is None else (lambda seconds: budget.async_sleep(clock, seconds))
+        return AsyncRetrying(sleep=sleep, **self._options(clock, retryable, retry_after, before_sleep))

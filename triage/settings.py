@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     triage_confirm_wait_seconds: float = Field(
         default=60.0, ge=0, description="how long to poll for written scores to become readable"
     )
+    triage_langfuse_deadline_seconds: float = Field(
+        default=90.0, gt=0, description="how long one Langfuse call may retry before it gives up"
+    )
+    triage_retry_budget_seconds: float | None = Field(
+        default=1800.0, gt=0, description="after this long, no outside call of the run retries any more"
+    )
 
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None

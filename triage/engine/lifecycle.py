@@ -10,6 +10,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 
 from triage.domain.ports import Searcher
 from triage.errors import SearchError
+from triage.retry import Budget
 
 log = logging.getLogger("triage")
 
@@ -36,12 +37,12 @@ async def open_searcher(
 
 
 @contextmanager
-def stop_on_sigterm(stop: asyncio.Event) -> Iterator[None]:
+def stop_on_sigterm(stop: asyncio.Event, budget: Budget | None = None) -> Iterator[None]:
     """Kubernetes sends SIGTERM before it kills a Pod: set `stop`, so the run finishes what is in
-    flight, writes it and reports."""
+    flight, writes it and reports; cancel `budget`, so no outside call waits out a back-off."""
     loop = asyncio.get_running_loop()
     try:
-        loop.add_signal_handler(signal.SIGTERM, _on_sigterm, stop)
+        loop.add_signal_handler(signal.SIGTERM, _on_sigterm, stop, budget)
     except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
         yield
         return
@@ -51,6 +52,8 @@ def stop_on_sigterm(stop: asyncio.Event) -> Iterator[None]:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-def _on_sigterm(stop: asyncio.Event) -> None:
+def _on_sigterm(stop: asyncio.Event, budget: Budget | None) -> None:
     log.warning("SIGTERM: finishing the traces in flight, listing the rest", extra={"event": "sigterm"})
     stop.set()
+    if budget is not None:
+        budget.cancel()

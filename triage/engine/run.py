@@ -23,6 +23,7 @@ from triage.engine.sessions import votes_by_trace
 from triage.engine.stream import Stream
 from triage.engine.verdicts import VerdictMaker
 from triage.judges.heuristic import HeuristicJudge
+from triage.retry import Budget
 from triage.search.local import Researcher
 from triage.sinks.facts_file import open_facts_file
 
@@ -53,8 +54,26 @@ async def run_feedback(
     config: TriageConfig,
     options: RunOptions,
     searcher: AbstractAsyncContextManager[Searcher] | None = None,
+    budget: Budget | None = None,
 ) -> RunResult:
-    """Triage every thumbs-down in the window. The one core function behind `triage feedback`."""
+    """Triage every thumbs-down in the window. The one core function behind `triage feedback`.
+
+    SIGTERM, from the first read on, stops new work: traces in flight finish and are written, the
+    rest are listed, and `budget` (shared with the outside systems' retries) is cancelled so no
+    call waits out a back-off while the Pod's grace period runs."""
+    stop = asyncio.Event()  # set on SIGTERM
+    with stop_on_sigterm(stop, budget):
+        return await _run(sources, judge, config, options, searcher, stop)
+
+
+async def _run(
+    sources: Sources,
+    judge: Judge,
+    config: TriageConfig,
+    options: RunOptions,
+    searcher: AbstractAsyncContextManager[Searcher] | None,
+    stop: asyncio.Event,
+) -> RunResult:
     started = time.monotonic()
     start, end = window(options, config)
     result = RunResult(
@@ -126,7 +145,6 @@ async def run_feedback(
                 len(trace_ids),
                 extra={"event": "plan", "to_triage": len(trace_ids)},
             )
-            stop = asyncio.Event()  # set on SIGTERM: in-flight traces finish, the rest are listed
             stream = Stream(
                 traces=sources.traces,
                 scores=sources.scores,
@@ -136,8 +154,7 @@ async def run_feedback(
                 verdicts=verdicts,
                 stop=stop,
             )
-            with stop_on_sigterm(stop):
-                await stream.run(by_trace, trace_ids)
+            await stream.run(by_trace, trace_ids)
             result.search_calls = researcher.calls if researcher else 0
     result.usage = judge.usage
     result.requests = sources.stats.requests

@@ -46,7 +46,7 @@ from triage.judges.llm.checks import containment_problems, grounding_problems
 from triage.judges.llm.facts import FactMaker
 from triage.judges.llm.replies import ContainmentReply, GroundingReply, containment_schema, grounding_schema
 from triage.judges.llm.transport import ChatExchange, StructuredMode
-from triage.retry import Clock, RetryPolicy
+from triage.retry import Budget, Clock, RetryPolicy
 
 TEMPLATES = (
     "containment_system.j2",
@@ -82,6 +82,7 @@ class LLMJudge:
         backoff_base: float = 1.0,
         backoff_max: float = 30.0,
         clock: Clock | None = None,
+        budget: Budget | None = None,
     ) -> None:
         if not components:
             raise ConfigError("the LLM judge needs a component catalogue")
@@ -102,6 +103,7 @@ class LLMJudge:
             maximum=backoff_max,
             max_retry_after=backoff_max,
             clock=clock,
+            budget=budget,
         )
         self.exchange = ChatExchange(
             client=client,

@@ -17,7 +17,7 @@ import httpx
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, ScoreWrite, UnreadableTrace, Vote, WriteOutcome
 from triage.errors import ConfigError
-from triage.retry import Clock, RetryPolicy
+from triage.retry import Budget, Clock, RetryPolicy
 from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
 from triage.sources.langfuse.links import LINKS_RETRY, TraceLinks
 from triage.sources.langfuse.scores import ScoreReads
@@ -39,19 +39,20 @@ class LangfuseBackend:
         secret_key: str,
         base_url: str,
         timeout: float = 30.0,
-        deadline_seconds: float = 600.0,
+        deadline_seconds: float = 90.0,
         confirm_wait_seconds: float = 60.0,
         httpx_client: httpx.Client | None = None,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
         confirm_first_wait: float = 1.0,
         clock: Clock | None = None,
+        budget: Budget | None = None,
     ) -> None:
         if not public_key or not secret_key:
             raise ConfigError("Langfuse needs LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY")
         self.stats = SourceStats()
         self.retry: RetryPolicy = LANGFUSE_RETRY.with_(
-            deadline=deadline_seconds, initial=backoff_initial, maximum=backoff_max, clock=clock
+            deadline=deadline_seconds, initial=backoff_initial, maximum=backoff_max, clock=clock, budget=budget
         )
         self._http = LangfuseHttp(
             public_key=public_key,
@@ -73,7 +74,7 @@ class LangfuseBackend:
             clock=clock,
         )
         self._links = TraceLinks(self.base_url)
-        self._links_retry = LINKS_RETRY.with_(clock=clock)
+        self._links_retry = LINKS_RETRY.with_(clock=clock, budget=budget)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

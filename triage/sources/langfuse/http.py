@@ -28,8 +28,9 @@ log = logging.getLogger("triage.sources.langfuse")
 
 T = TypeVar("T")
 
-#: the default for Langfuse: until a 600 s deadline, waits from 0.5 s to 30 s
-LANGFUSE_RETRY = RetryPolicy(attempts=None, deadline=600.0, initial=0.5, maximum=30.0)
+#: the default for Langfuse: until a 90 s deadline per call, waits from 0.5 s to 30 s (a Langfuse
+#: that is down at the start of the run ends it within about two minutes)
+LANGFUSE_RETRY = RetryPolicy(attempts=None, deadline=90.0, initial=0.5, maximum=30.0)
 
 
 class HttpStatus(Exception):
@@ -99,6 +100,9 @@ class LangfuseHttp:
             base_url=self.base_url, username=public_key, password=secret_key, httpx_client=self._http
         )
         self.options: RequestOptions = {"max_retries": 0, "timeout_in_seconds": timeout}  # type: ignore[typeddict-item]
+        #: set when a call gave up on an outage (transport errors, 5xx, 429): later calls make one
+        #: attempt each, so a Langfuse that is plainly down costs one deadline, not one per batch
+        self.down: str | None = None
 
     def close(self) -> None:
         if self._own_client:
@@ -129,20 +133,38 @@ class LangfuseHttp:
                 state.attempt_number,
             )
 
-        retrying = (retry or self.retry).retrying(
-            retryable, retry_after=_wait_headers, before_sleep=before_sleep
-        )
+        policy = retry or self.retry
+        if self.down is not None:
+            policy = policy.with_(attempts=1)
+        retrying = policy.retrying(retryable, retry_after=_wait_headers, before_sleep=before_sleep)
         try:
-            return retrying(attempt)
-        except HttpStatus as ex:
+            result = retrying(attempt)
+        except (HttpStatus, httpx.TransportError) as ex:
+            if retryable(ex) and self.down is None:
+                self.down = short(ex)
+                log.warning(
+                    "langfuse %s: gave up (%s); until Langfuse answers again, each call makes one attempt",
+                    what,
+                    short(ex),
+                    extra={"event": "langfuse_down"},
+                )
+            self._classify(what, ex)
+            raise
+        if self.down is not None:
+            log.info("langfuse answers again", extra={"event": "langfuse_up"})
+            self.down = None
+        return result
+
+    def _classify(self, what: str, ex: HttpStatus | httpx.TransportError) -> None:
+        """Raise what a final failure stands for; return to let an `HttpStatus` through."""
+        if isinstance(ex, HttpStatus):
             if ex.status in {401, 403}:
                 raise ConfigError(
                     f"Langfuse refused the credentials ({what}, HTTP {ex.status}): check LANGFUSE_PUBLIC_KEY "
                     "and LANGFUSE_SECRET_KEY, and that LANGFUSE_BASE_URL points at their project"
                 ) from None
-            raise
-        except httpx.TransportError as ex:
-            raise LangfuseError(f"{what}: {type(ex).__name__}: {ex} (gave up)") from ex
+            return
+        raise LangfuseError(f"{what}: {type(ex).__name__}: {ex} (gave up)") from ex
 
     def raw(self, method: str, path: str, *, params: Any = None, json_body: Any = None) -> Any:
         """One plain request through the shared client; the decoded JSON of a 2xx answer."""
@@ -156,7 +178,7 @@ class LangfuseHttp:
         )
         try:
             body = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to decode
             body = response.text
         if not 200 <= response.status_code < 300:
             raise HttpStatus(response.status_code, dict(response.headers), body)
