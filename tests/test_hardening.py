@@ -507,3 +507,33 @@ def test_sigterm_while_the_votes_are_read_is_exit_4_with_every_vote_listed() -> 
     assert proc.returncode == 4, err  # not 143: the run lists what it did not triage
     assert "3 thumbs-down: 0 triaged, 3 not triaged" in out
     assert "stopped (SIGTERM)" in out
+
+
+def test_an_empty_answer_is_triaged_as_a_failure_not_listed_as_bad_input(tmp_path: Path) -> None:
+    at = NOW - timedelta(hours=2)
+    passage = "A katib experiment configures each trial with a trial template."
+    empty = trace_line(
+        "empty",
+        "How do I configure a katib experiment trial?",
+        "",
+        [("search_kubeflow_docs", KATIB, passage)],
+        at=at,
+    )
+    blank = trace_line(
+        "blank",
+        "How do I configure a katib experiment trial?",
+        "  \n\t ",
+        [("search_kubeflow_docs", KATIB, passage)],
+        at=at,
+    )
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps(empty) + "\n" + json.dumps(blank) + "\n")
+    assert _invoke(["import", str(export)]).exit_code == 0
+    facts_file = tmp_path / "facts.jsonl"
+    result = _invoke(["feedback", "--report", "--facts-file", str(facts_file)])
+    assert result.exit_code == 0, result.output
+    assert "2 thumbs-down: 2 triaged, 0 not triaged" in result.stdout
+    assert "### generation (2)" in result.stdout  # the passage held the answer; the agent gave none
+    for line in facts_file.read_text().splitlines():
+        facts = json.loads(line)
+        assert facts["answer_grounded"] is False and facts["answer_declined"] is False

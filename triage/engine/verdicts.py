@@ -9,13 +9,21 @@ from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry, shorten
 from triage.domain.ownership import component_from_sources, find_component, owners
 from triage.domain.ports import Judge
-from triage.domain.records import Facts, Passage, ScoreWrite, Trace, Verdict, Vote, bounded
+from triage.domain.records import Evidence, Facts, Passage, ScoreWrite, Trace, Verdict, Vote, bounded
 from triage.domain.rule import Undetermined, decide, explain
 from triage.domain.scores import score_id, score_timestamp
 from triage.engine.ledger import Ledger, comments
 from triage.errors import JudgeError, JudgeRejected, SearchError
 from triage.search.local import Researcher
 from triage.sinks.facts_file import write_facts_line
+
+
+def empty_answer_facts(facts: Facts) -> Facts:
+    """An empty answer proves two facts whatever a judge says: it is not grounded (it gives the
+    user nothing the passages hold) and it is not a decline (it says nothing at all)."""
+    note = Evidence(confidence="high", note="the answer is empty")
+    evidence = {**facts.evidence, "answer_grounded": note, "answer_declined": note}
+    return facts.model_copy(update={"answer_grounded": False, "answer_declined": False, "evidence": evidence})
 
 
 class VerdictMaker:
@@ -68,6 +76,8 @@ class VerdictMaker:
             except JudgeError as ex:
                 self.ledger.skip(votes, trace.id, "unavailable", f"judge unavailable: {ex}", trace.question)
                 return None
+        if not trace.answer.strip():
+            facts = empty_answer_facts(facts)
         facts = bounded(facts)
         try:
             layer = decide(facts, self.config.agent.issues_collection)

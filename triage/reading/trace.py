@@ -107,6 +107,12 @@ def extract_text(value: Any, role: str) -> str | None:
     return str(value)
 
 
+def _logged(raw: Any) -> bool:
+    """Whether an output was logged at all (an empty or whitespace string counts; null does not)."""
+    value = parse_raw(raw)
+    return value is not None and (not isinstance(value, Mapping | list) or bool(value))
+
+
 def _tool_output(value: Any) -> tuple[str, list[Mapping[str, Any]], bool]:
     """(text, structured citations, is_error) of a logged tool output."""
     value = parse_raw(value)
@@ -200,6 +206,9 @@ def read_trace(
             answer = extract_text(generations[-1].output, "assistant")
     if question is None:
         raise InputError(f"trace {trace_id}: no question found in the root observation's input")
+    if answer is None and _logged(root.output):
+        # the agent answered with nothing ("the bot returned nothing"): a failure to triage, not bad input
+        answer = ""
     if answer is None:
         raise InputError(f"trace {trace_id}: no answer found in the root observation's output")
 

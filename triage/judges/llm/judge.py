@@ -152,7 +152,8 @@ class LLMJudge:
                 task_a = group.create_task(self._containment(trace, research, comment, usage))
                 task_b = (
                     group.create_task(self._grounding(trace, usage))
-                    if base.agent_searched and grounding
+                    # an empty answer has nothing to ground or decline: the engine settles both
+                    if base.agent_searched and grounding and trace.answer.strip()
                     else None
                 )
         except BaseExceptionGroup as group_error:
