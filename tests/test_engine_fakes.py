@@ -230,3 +230,38 @@ def test_an_unexpected_judge_call_fails_loudly() -> None:
     [skipped] = result.skipped
     assert skipped.undecided.kind == "error" and "no answer queued" in skipped.undecided.reason
     assert result.exit_code == ExitCode.ERROR
+
+
+# --------------------------------------------------------------------------- the component's source
+
+
+@pytest.mark.parametrize(
+    ("update", "component", "decided_by"),
+    [
+        # the answer's sources win over everything
+        ({**OK, "answer_sources": [DOCS_URL], "component": "pipelines"}, "katib", "sources"),
+        # else the judge's pick from the catalogue
+        ({**OK, "component": "notebooks"}, "notebooks", "judge"),
+        # a pick outside the catalogue is ignored; the layer facts stand; keywords decide
+        ({**OK, "component": "not-a-component"}, "katib", "keywords"),
+    ],
+)
+def test_the_component_is_decided_in_order_and_the_deciding_source_is_recorded(
+    update: dict[str, Any], component: str, decided_by: str
+) -> None:
+    source = FakeSource.from_rows([SEARCHED])
+    result = run(source, FakeJudge().enqueue(update), write=True)
+    [entry] = result.entries
+    assert (entry.layer.value, entry.component) == ("ok", component)
+    written = by_trace(source.written(), "triage_component")["searched"]
+    assert written.value == component and written.metadata["component_from"] == decided_by
+
+
+def test_with_no_source_no_pick_and_no_keyword_the_default_component_is_recorded() -> None:
+    plain = trace_line(
+        "plain", "Why is the sky blue?", "Rayleigh scattering.", [("search_kubeflow_docs", "u", "x")]
+    )
+    source = FakeSource.from_rows([plain])
+    run(source, FakeJudge().enqueue(OK), write=True)
+    written = by_trace(source.written(), "triage_component")["plain"]
+    assert (written.value, written.metadata["component_from"]) == ("general", "default")

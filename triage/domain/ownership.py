@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Literal
 
 from triage.domain.config import TriageConfig
 from triage.domain.records import AGENT_LAYERS, Layer
@@ -38,14 +39,26 @@ def component_from_text(text: str, config: TriageConfig) -> str | None:
     return best
 
 
-def find_component(
-    sources: Iterable[str | None], question: str, comment: str | None, config: TriageConfig
-) -> str:
-    return (
-        component_from_sources(sources, config)
-        or component_from_text(f"{question}\n{comment or ''}", config)
-        or config.agent.default_component
-    )
+ComponentSource = Literal["sources", "judge", "keywords", "default"]
+
+
+def choose_component(
+    answer_sources: Iterable[str | None],
+    judge_pick: str | None,
+    question: str,
+    comment: str | None,
+    config: TriageConfig,
+) -> tuple[str, ComponentSource]:
+    """The component, and which source decided it, in this order: the sources that hold the answer;
+    else the judge's pick, when it is in the catalogue (a pick outside it is ignored, the layer facts
+    stand); else keywords of the question and comment; else the configured default."""
+    if found := component_from_sources(answer_sources, config):
+        return found, "sources"
+    if judge_pick is not None and judge_pick in config.components:
+        return judge_pick, "judge"
+    if found := component_from_text(f"{question}\n{comment or ''}", config):
+        return found, "keywords"
+    return config.agent.default_component, "default"
 
 
 def owners(layer: Layer, component: str, config: TriageConfig) -> list[str]:

@@ -224,6 +224,8 @@ class Verdict(_Own):
     rule_version: str
     judge: str
     prompt_version: str | None = None
+    #: which source decided the component: the answer's sources, the judge, keywords, the default
+    component_from: Literal["sources", "judge", "keywords", "default"] = "default"
 
 
 UndecidedKind = Literal["unavailable", "rejected", "bad_input", "pending", "not_written", "error"]

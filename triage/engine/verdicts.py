@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import IO
 
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry, shorten
-from triage.domain.ownership import component_from_sources, find_component, owners
+from triage.domain.ownership import choose_component, owners
 from triage.domain.ports import Judge
 from triage.domain.records import Evidence, Facts, Passage, ScoreWrite, Trace, Verdict, Vote, bounded
 from triage.domain.rule import Undetermined, decide, explain
@@ -16,6 +17,8 @@ from triage.engine.ledger import Ledger, comments
 from triage.errors import JudgeError, JudgeRejected, SearchError
 from triage.search.local import Researcher
 from triage.sinks.facts_file import write_facts_line
+
+log = logging.getLogger("triage")
 
 
 def empty_answer_facts(facts: Facts) -> Facts:
@@ -89,11 +92,17 @@ class VerdictMaker:
             )
             self.ledger.skip(votes, trace.id, "unavailable", f"{ex}: {why}", trace.question)
             return None
-        component = (
-            component_from_sources(facts.answer_sources, self.config)
-            or (facts.component if facts.component in self.config.components else None)
-            or find_component([], trace.question, comment, self.config)
+        component, component_from = choose_component(
+            facts.answer_sources, facts.component, trace.question, comment, self.config
         )
+        if facts.component is not None and facts.component not in self.config.components:
+            log.info(
+                "trace %s: the judge's component %r is not in the catalogue; decided by %s",
+                trace.id,
+                facts.component[:60],
+                component_from,
+                extra={"event": "component_discarded"},
+            )
         reason = explain(layer, facts)
         verdict = Verdict(
             trace_id=trace.id,
@@ -107,6 +116,7 @@ class VerdictMaker:
             # judged by `no_search_judge`, and a judge-vs-human measurement must know it
             judge=judge.name,
             prompt_version=judge.prompt_version,
+            component_from=component_from,
         )
         if self.facts_out is not None:
             # the local run file: what `--judge replay:FILE` reads back
@@ -136,6 +146,7 @@ class VerdictMaker:
             "prompt_version": verdict.prompt_version,
             "rule_version": verdict.rule_version,
             "owners": verdict.owners,
+            "component_from": verdict.component_from,
             "votes": [v.id for v in votes],
         }
         return [
