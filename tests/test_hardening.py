@@ -424,12 +424,25 @@ def test_after_one_call_gives_up_on_an_outage_the_next_ones_try_once(virtual_tim
     backend.close()
 
 
+def _spawn_feedback(env: dict[str, str], *args: str) -> Any:
+    """`triage feedback --report --judge heuristic` as a separate process (it gets signals)."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "triage", "feedback", "--report", "--judge", "heuristic", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.mark.slow
 def test_sigterm_during_a_langfuse_outage_exits_within_30_s_with_the_summary() -> None:
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     records = [
@@ -449,14 +462,7 @@ def test_sigterm_during_a_langfuse_outage_exits_within_30_s_with_the_summary() -
             "600"  # without SIGTERM the writes would retry for 10 minutes
         )
         server.schedule_restart(at_request=5, down_seconds=600)  # Langfuse goes away after the reads
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "triage", "feedback", "--write", "--report", "--judge", "heuristic"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _spawn_feedback(env, "--write")
         deadline = time.monotonic() + 30
         while len(server.log) < 5 and time.monotonic() < deadline:  # until the reads are done
             time.sleep(0.1)
@@ -475,8 +481,6 @@ def test_sigterm_during_a_langfuse_outage_exits_within_30_s_with_the_summary() -
 def test_sigterm_while_the_votes_are_read_is_exit_4_with_every_vote_listed() -> None:
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     records = [
@@ -490,14 +494,7 @@ def test_sigterm_while_the_votes_are_read_is_exit_4_with_every_vote_listed() -> 
             "LANGFUSE_PUBLIC_KEY": server.public_key,
             "LANGFUSE_SECRET_KEY": server.secret_key,
         }
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "triage", "feedback", "--report", "--judge", "heuristic"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _spawn_feedback(env)
         deadline = time.monotonic() + 20
         while not any("/v3/scores" in r.path for r in server.log) and time.monotonic() < deadline:
             time.sleep(0.05)
