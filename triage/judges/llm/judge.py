@@ -46,6 +46,7 @@ from triage.judges.llm.checks import containment_problems, grounding_problems
 from triage.judges.llm.facts import FactMaker
 from triage.judges.llm.replies import ContainmentReply, GroundingReply, containment_schema, grounding_schema
 from triage.judges.llm.transport import ChatExchange, StructuredMode
+from triage.judges.llm.usage import RECENT_TRACES, RecentUsage
 from triage.retry import Budget, Clock, RetryPolicy
 
 TEMPLATES = (
@@ -83,14 +84,15 @@ class LLMJudge:
         backoff_max: float = 30.0,
         clock: Clock | None = None,
         budget: Budget | None = None,
+        recent_traces: int = RECENT_TRACES,
     ) -> None:
         if not components:
             raise ConfigError("the LLM judge needs a component catalogue")
         self.model = model
         self.name = f"llm:{model}"
         self.prompt_version: str | None = prompts.prompt_version(TEMPLATES)
-        #: usage per trace id, for the per-trace cost in the report
-        self.usage_by_trace: dict[str, Usage] = {}
+        #: usage per trace id, of the most recent traces only (O(1) in the run; totals: `usage`)
+        self.usage_by_trace = RecentUsage(recent_traces)
         self.components = components
         self.default_component = (
             default_component if default_component in components else next(iter(components))
@@ -144,7 +146,7 @@ class LLMJudge:
     ) -> Facts:
         """`base` completed with the judged facts. With `grounding=False` (or no search call) call B
         is not made and `answer_grounded`/`answer_declined` stay unestablished."""
-        usage = self.usage_by_trace.setdefault(trace.id, Usage())
+        usage = self.usage_by_trace.start(trace.id)
         findings = guard.trace_findings(trace, research, comment)
         try:
             # both calls at once (half the latency per trace); one failing cancels the other

@@ -1,0 +1,179 @@
+"""Per-trace state stays bounded: after K traces the judge and the search caches hold O(1) of them.
+
+The nightly run's memory grew with the window partly because the LLM judge kept a `Usage` per
+trace id for the whole run (read by no sink). These tests count, rather than time or weigh: the
+sizes of every container the judge owns must not grow from K to 3K traces, and the caches never
+pass their bound. The model is an `httpx.MockTransport` answering with the honest scripted
+replies of `tests.doubles.openai_server.keyword_responder` (no server, no sleep).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.doubles.fakes import FakeSearcher, passage
+from tests.doubles.openai_server import keyword_responder
+from triage.config import load_config
+from triage.domain.records import Facts, Passage, ToolCall, Trace
+from triage.judges.llm import replies
+from triage.judges.llm.judge import LLMJudge
+from triage.judges.llm.usage import RecentUsage
+from triage.search.local import Researcher
+from triage.search.mcp_client import McpSearcher
+
+COMPONENTS = load_config().components
+TEXT = "Set parallelTrialCount in the Experiment spec to run more Katib trials at the same time."
+
+
+def _completion(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    reply = keyword_responder(body)
+    return httpx.Response(
+        200,
+        json={
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": json.dumps(reply)},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+        },
+    )
+
+
+def _trace(n: int) -> Trace:
+    passages = [
+        Passage(
+            id="R1",
+            source_url="https://www.kubeflow.org/docs/components/katib/experiment/",
+            collection="docs",
+            title="Katib experiments",
+            text=f"{TEXT} (variant {n})",
+        )
+    ]
+    output = f"### Result 1\n**Source:** {passages[0].source_url}\n\n{passages[0].text}"
+    call = ToolCall(
+        id="o1", name="search_kubeflow_docs", args={"query": f"katib {n}"}, output=output, collection="docs"
+    )
+    return Trace(
+        id=f"trace-{n:05d}",
+        question=f"How do I run more Katib trials in parallel, case {n}?",
+        answer="Set `parallelTrialCount` in the Experiment spec.",
+        tool_calls=[call],
+        passages=passages,
+    )
+
+
+def _research(n: int) -> list[Passage]:
+    return [
+        Passage(
+            id="S1",
+            source_url="https://www.kubeflow.org/docs/components/katib/",
+            collection="docs",
+            text=f"{TEXT} {n}",
+        )
+    ]
+
+
+def _sizes(
+    obj: Any, path: str = "judge", depth: int = 3, seen: set[int] | None = None
+) -> Iterator[tuple[str, int]]:
+    """(attribute path, len) of every container reachable through triage-owned objects' attributes."""
+    seen = seen if seen is not None else set()
+    if id(obj) in seen or depth < 0:
+        return
+    seen.add(id(obj))
+    for name, value in vars(obj).items():
+        where = f"{path}.{name}"
+        if isinstance(value, Mapping | list | set | tuple | dict):
+            yield where, len(value)
+        if type(value).__module__.startswith("triage.") and hasattr(value, "__dict__"):
+            yield from _sizes(value, where, depth - 1, seen)
+
+
+async def _judge_range(judge: LLMJudge, start: int, stop: int) -> None:
+    for n in range(start, stop):
+        trace = _trace(n)
+        base = Facts(agent_searched=True, agent_searched_collections=["docs"])
+        facts = await judge.judge(trace, _research(n), "it did not say where", base)
+        assert facts.retrieved_has_answer is not None  # a real, verified exchange
+
+
+@pytest.mark.anyio
+async def test_llm_judge_holds_constant_state_per_trace() -> None:
+    transport = httpx.MockTransport(_completion)
+    async with openai.AsyncOpenAI(
+        base_url="http://judge.test/v1", api_key="test", http_client=httpx.AsyncClient(transport=transport)
+    ) as client:
+        judge = LLMJudge(client=client, model="judge-test", components=COMPONENTS, recent_traces=8)
+        await _judge_range(judge, 0, 20)
+        after_k = dict(_sizes(judge))
+        await _judge_range(judge, 20, 60)
+        after_3k = dict(_sizes(judge))
+
+    grown = {k: (after_k.get(k), v) for k, v in after_3k.items() if v > after_k.get(k, 0)}
+    assert not grown, f"judge state grew with the number of traces: {grown}"
+    # the run's totals are still exact
+    assert (judge.usage.calls, judge.usage.input_tokens, judge.usage.output_tokens) == (120, 12000, 2400)
+    # the most recent traces' own usage is still there, the oldest is forgotten
+    assert len(judge.usage_by_trace) == 8
+    assert judge.usage_by_trace["trace-00059"].calls == 2
+    assert "trace-00000" not in judge.usage_by_trace
+    # the containment schema is built once per set combination, not per trace
+    assert replies._containment_schema.cache_info().currsize <= 16
+
+
+def test_recent_usage_is_bounded_and_keeps_in_flight_counts() -> None:
+    recent = RecentUsage(limit=3)
+    first = recent.start("a")
+    for name in "bcdef":
+        recent.start(name).calls += 1
+    first.calls += 2  # a trace still being judged keeps counting into its own record
+    assert list(recent) == ["d", "e", "f"]
+    assert first.calls == 2
+    assert recent.start("f") is recent["f"]  # judged again: the same record
+    assert recent.setdefault("f") is recent["f"]
+    with pytest.raises(ValueError):
+        RecentUsage(limit=0)
+
+
+@pytest.mark.anyio
+async def test_researcher_cache_is_bounded() -> None:
+    searcher = FakeSearcher(answers={})
+    researcher = Researcher(searcher, ["docs", "code"], top_k=5, use_comment=True, cache_size=16)
+    for n in range(100):
+        trace = _trace(n)
+        await researcher.research(trace, f"comment {n}")
+    assert len(researcher._cache) <= 16
+    assert researcher.calls == 100 * 2 * 2  # every query new: nothing served from the cache
+
+
+@pytest.mark.anyio
+async def test_mcp_result_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    searcher = McpSearcher(
+        url="http://search.test/mcp", tools={"search_kubeflow_docs": "docs"}, cache_size=32
+    )
+
+    async def call(tool: str, query: str, collection: str, top_k: int) -> list[Passage]:
+        return [passage(f"{query} result {i}", url=f"https://example.test/{i}") for i in range(top_k)]
+
+    monkeypatch.setattr(searcher, "_call", call)
+    for n in range(200):
+        found = await searcher.search(f"question {n}", "docs", 5)
+        assert len(found) == 5
+    assert await searcher.search("question 199", "docs", 5)  # a repeat is answered from the cache
+    assert searcher.cache_hits == 1
+    assert len(searcher._cache) <= 32
+    assert not searcher._inflight
