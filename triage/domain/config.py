@@ -22,6 +22,25 @@ class ScoreNames(_Section):
     component: str = "triage_component"
 
 
+class CalibrationConfig(_Section):
+    """Where people's labels live in Langfuse, and the annotation queue `triage queue` fills."""
+
+    #: a CATEGORICAL score with the seven layers as categories: the reviewer's layer
+    layer_score: str = "human_layer"
+    #: BOOLEAN scores, one per judged fact (optional for a reviewer): fact name -> score name
+    fact_scores: dict[str, str] = Field(
+        default_factory=lambda: {
+            "retrieved_has_answer": "human_retrieved_has_answer",
+            "index_has_answer": "human_index_has_answer",
+            "answer_grounded": "human_answer_grounded",
+            "answer_declined": "human_answer_declined",
+        }
+    )
+    #: the reviewers' verdict score (`triage relay`): CATEGORICAL positive | negative | false_alarm
+    verdict_score: str = "verdict"
+    queue: str = "triage-review"
+
+
 class WindowConfig(_Section):
     lag_minutes: int = Field(default=15, ge=0)
     overlap_minutes: int = Field(default=60, ge=0)
@@ -70,6 +89,7 @@ class TriageConfig(_Section):
     components: dict[str, Component]
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     index: list[IndexFolder] = Field(default_factory=list)
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
 
     @property
     def collections(self) -> list[str]:
