@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 from triage.domain.outcome import Entry, RunResult, Skipped
 from triage.domain.records import Layer, Undecided
-from triage.sinks.report import md, render_report
+from triage.sinks.markdown import md
+from triage.sinks.report import render_report
 
 HOSTILE = (
     "# Heading\n| col | col |\n<script>alert(1)</script> [click](http://evil.example) ![img](x.png) "

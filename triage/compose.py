@@ -14,6 +14,8 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from triage.calibration.calibrate import CalibrateOptions, calibrate_from
+from triage.domain.calibration import CalibrationReport
 from triage.domain.config import IndexFolder, TriageConfig
 from triage.domain.outcome import RunResult
 from triage.domain.ports import Backend, Judge, Searcher
@@ -169,3 +171,11 @@ def demo(config: TriageConfig, options: RunOptions, store_path: Path) -> RunResu
                 sources=Sources.of(store), judge=HeuristicJudge(), config=config, options=options, searcher=searcher
             )
         )
+
+
+def calibrate(settings: Settings, config: TriageConfig, options: CalibrateOptions) -> CalibrationReport:
+    """The one core call behind `triage calibrate`: the store is opened only when it is read."""
+    if not options.needs_store:
+        return calibrate_from(None, config, options)
+    with open_backend(settings, Budget(settings.triage_retry_budget_seconds)) as backend:
+        return calibrate_from(backend, config, options, link=backend.trace_url)

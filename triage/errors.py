@@ -33,6 +33,8 @@ class ExitCode(IntEnum):
     DEGRADED = 4
     #: some scores not confirmed as written (takes precedence over DEGRADED)
     NOT_WRITTEN = 5
+    #: `triage calibrate --min-kappa K`: the layer kappa's lower bound is below K (or undefined)
+    BELOW_GATE = 6
 
     @property
     def label(self) -> str:
@@ -47,6 +49,7 @@ _LABELS = {
     ExitCode.CONFIG: "configuration or authentication",
     ExitCode.DEGRADED: "degraded (some traces undecided)",
     ExitCode.NOT_WRITTEN: "scores not confirmed as written",
+    ExitCode.BELOW_GATE: "calibrate: agreement below --min-kappa",
 }
 
 

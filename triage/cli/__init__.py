@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from triage import __version__, logs
+from triage.cli.calibrate import calibrate
 from triage.cli.demo import demo
 from triage.cli.feedback import feedback
 from triage.cli.index import index
@@ -32,7 +33,7 @@ def cli() -> None:
     logs.current_format = "text"  # until a command configures its logging
 
 
-for command in (feedback, demo, import_, index):
+for command in (feedback, demo, import_, index, calibrate):
     cli.add_command(command)
 
 

@@ -3,6 +3,7 @@
 - `VoteSource`: where users' votes are read (Langfuse, or the embedded SQLite store).
 - `TraceSource`: where traces are read, with links to them in a UI.
 - `ScoreSink`: where triage scores are written, and which traces already carry one.
+- `ScoreReader`: every score of some names in a window (people's labels, the job's own verdicts).
 - `Searcher`: an independent search of the index (the MCP server, or the embedded index).
 - `Judge`: turns a trace (and the re-searched passages) into `Facts`.
 
@@ -23,6 +24,7 @@ from triage.domain.records import (
     Observation,
     Passage,
     ScoreWrite,
+    StoredScore,
     Trace,
     UnreadableTrace,
     Usage,
@@ -76,8 +78,14 @@ class ScoreSink(Protocol):
         ...
 
 
-class Backend(VoteSource, TraceSource, ScoreSink, Protocol):
-    """One system that is all three (Langfuse, the embedded store), with its counters."""
+class ScoreReader(Protocol):
+    def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
+        """The current row of every score with one of `names` timestamped in [start, end)."""
+        ...
+
+
+class Backend(VoteSource, TraceSource, ScoreSink, ScoreReader, Protocol):
+    """One system that is all four (Langfuse, the embedded store), with its counters."""
 
     stats: SourceStats
 

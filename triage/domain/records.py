@@ -272,3 +272,23 @@ class Usage(_Own):
         self.calls += other.calls
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+
+
+class StoredScore(_Own):
+    """A score as read back from a store (Langfuse or the embedded one), whoever wrote it.
+
+    Calibration reads people's labels and the job's decisions through this one shape. BOOLEAN
+    values are 0.0/1.0, CATEGORICAL ones text; `author` is the reviewer who wrote an annotation
+    (Langfuse's `authorUserId`, else `metadata.reviewer`, else the store's `userId`).
+    """
+
+    id: str
+    name: str
+    trace_id: str | None = None
+    data_type: str | None = None
+    value: float | str | None = None
+    comment: str | None = None
+    metadata: Any = None
+    author: str | None = None
+    source: str | None = None
+    timestamp: datetime

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from triage.domain.ports import SourceStats
-from triage.domain.records import Observation, ScoreWrite, UnreadableTrace, Vote, WriteOutcome
+from triage.domain.records import Observation, ScoreWrite, StoredScore, UnreadableTrace, Vote, WriteOutcome
 from triage.domain.scores import score_id
 from triage.errors import ConfigError, InputError
 
@@ -348,6 +348,40 @@ class Store:
 
     def trace_url(self, trace_id: str) -> str | None:
         return None
+
+    # -- ScoreReader ----------------------------------------------------------------------------
+
+    def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT * FROM scores WHERE name IN ({marks}) AND timestamp >= ? AND timestamp < ? "
+                "ORDER BY timestamp, id",
+                (*wanted, iso(start), iso(end)),
+            ).fetchall()
+        out = []
+        for row in rows:
+            metadata = json.loads(row["metadata"]) if row["metadata"] else None
+            reviewer = metadata.get("reviewer") if isinstance(metadata, dict) else None
+            author = reviewer if reviewer is not None else row["userId"]
+            out.append(
+                StoredScore(
+                    id=row["id"],
+                    name=row["name"],
+                    trace_id=row["traceId"],
+                    data_type=row["dataType"],
+                    value=row["stringValue"] if row["stringValue"] is not None else row["value"],
+                    comment=row["comment"],
+                    metadata=metadata,
+                    author=str(author) if author is not None else None,
+                    source=row["source"],
+                    timestamp=_parse_time(row["timestamp"], "store"),
+                )
+            )
+        return out
 
     # -- inspection (tests, `triage scores`) ---------------------------------------------------
 

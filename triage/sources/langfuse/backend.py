@@ -15,7 +15,7 @@ from datetime import datetime
 import httpx
 
 from triage.domain.ports import SourceStats
-from triage.domain.records import Observation, ScoreWrite, UnreadableTrace, Vote, WriteOutcome
+from triage.domain.records import Observation, ScoreWrite, StoredScore, UnreadableTrace, Vote, WriteOutcome
 from triage.errors import ConfigError
 from triage.retry import Budget, Clock, RetryPolicy
 from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
@@ -119,3 +119,8 @@ class LangfuseBackend:
 
     def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
         return self._writes.write(scores)
+
+    # -- ScoreReader ----------------------------------------------------------------------------
+
+    def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
+        return self._scores.scores(names, start, end)

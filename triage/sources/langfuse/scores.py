@@ -8,7 +8,7 @@ from typing import Any
 
 import pydantic
 
-from triage.domain.records import Vote
+from triage.domain.records import StoredScore, Vote
 from triage.domain.scores import score_id
 from triage.errors import LangfuseError
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, paged
@@ -19,6 +19,7 @@ from triage.sources.langfuse.wire import (
     chunks,
     iso_z,
     newer,
+    to_stored,
     to_vote,
     vote_value,
 )
@@ -88,6 +89,20 @@ class ScoreReads:
         votes = [vote for row in newest.values() if (vote := to_vote(row)) is not None]
         votes.sort(key=lambda v: (v.timestamp, v.id))
         return votes
+
+    def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
+        newest: dict[str, ScoreRow] = {}
+        for name in dict.fromkeys(names):
+            for row in self.rows(
+                f"reading {name} scores",
+                name=name,
+                from_timestamp=as_utc(start),
+                to_timestamp=as_utc(end),
+                fields="subject,details,annotation",
+            ):
+                if newer(row, newest.get(row.id)):
+                    newest[row.id] = row
+        return sorted((to_stored(row) for row in newest.values()), key=lambda s: (s.timestamp, s.id))
 
     def triaged(self, trace_ids: Sequence[str], score_name: str, rule_version: str) -> set[str]:
         by_id = {score_id(t, score_name, rule_version): t for t in dict.fromkeys(trace_ids)}

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from triage.domain.records import Observation, ScoreWrite, Vote
+from triage.domain.records import Observation, ScoreWrite, StoredScore, Vote
 
 T = TypeVar("T")
 
@@ -39,6 +39,7 @@ class ScoreRow(pydantic.BaseModel):
     metadata: Any = None
     subject: dict[str, Any] | None = None
     author_user_id: str | None = pydantic.Field(default=None, alias="authorUserId")
+    source: str | None = None
 
 
 class ScoresMeta(pydantic.BaseModel):
@@ -233,3 +234,29 @@ def post_chunks(scores: Iterable[ScoreWrite]) -> Iterator[list[ScoreWrite]]:
         size += cost
     if chunk:
         yield chunk
+
+
+def to_stored(row: ScoreRow) -> StoredScore:
+    """Any score row as calibration reads it: the trace it is on, its value, who wrote it."""
+    subject = row.subject or {}
+    kind = subject.get("kind")
+    trace_id = subject.get("id") if kind == "trace" else subject.get("traceId") if kind == "observation" else None
+    value = row.value
+    if isinstance(value, bool):
+        value = float(value)
+    elif not isinstance(value, int | float | str):
+        value = None
+    metadata = row.metadata if isinstance(row.metadata, dict) else {}
+    author = row.author_user_id or metadata.get("reviewer")
+    return StoredScore(
+        id=row.id,
+        name=row.name,
+        trace_id=str(trace_id) if trace_id is not None else None,
+        data_type=row.data_type,
+        value=value,
+        comment=row.comment,
+        metadata=row.metadata,
+        author=str(author) if author is not None else None,
+        source=row.source,
+        timestamp=as_utc(row.timestamp),
+    )
