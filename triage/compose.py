@@ -7,7 +7,6 @@ else the embedded index; the LLM judge when a model is configured, else the heur
 from __future__ import annotations
 
 import asyncio
-import json
 import shlex
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
@@ -21,13 +20,13 @@ from triage.domain.outcome import RunResult
 from triage.domain.ports import Backend, Judge, Searcher
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
-from triage.errors import ConfigError, InputError
+from triage.errors import ConfigError
 from triage.judges.heuristic import HeuristicJudge
 from triage.retry import Budget
 from triage.search.index import Index
 from triage.search.local import LocalSearcher
 from triage.settings import Settings
-from triage.sources.store import Store
+from triage.sources.store import Store, vote_shift
 
 DEMO_DIR = Path(__file__).parent / "demo"
 
@@ -148,16 +147,7 @@ def feedback(
 
 def demo_shift(traces_file: Path, now: datetime) -> timedelta:
     """How far to move the demo data so its newest vote lands an hour before `now`."""
-    newest: datetime | None = None
-    for line in traces_file.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        for score in json.loads(line).get("scores") or []:
-            stamp = datetime.fromisoformat(score["timestamp"].replace("Z", "+00:00"))
-            newest = stamp if newest is None or stamp > newest else newest
-    if newest is None:
-        raise InputError(f"{traces_file} holds no votes")
-    return (now - timedelta(hours=1)) - newest
+    return vote_shift(traces_file, now)
 
 
 def demo(config: TriageConfig, options: RunOptions, store_path: Path) -> RunResult:

@@ -69,6 +69,12 @@ class InputError(TriageError):
     """An input file or record cannot be read."""
 
 
+class UsageError(TriageError):
+    """The command was asked for something that does not fit what it was given (exit 2, as click's)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class SourceError(TriageError):
     """An outside system failed."""
 

@@ -5,6 +5,7 @@ Built once by the CLI and passed into the core. Secrets are `SecretStr`, so they
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -73,6 +74,17 @@ class Settings(BaseSettings):
     @property
     def uses_langfuse(self) -> bool:
         return bool(self.langfuse_public_key or self.langfuse_secret_key)
+
+    def child_environment(self) -> dict[str, str]:
+        """The environment for a `triage feedback` that `triage eval` runs: this process's, minus
+        everything that points at real data (Langfuse, the store, the search server, shards, the
+        config and facts files), so an evaluation can never read or write production. The judge's
+        settings (OPENAI_*, TRIAGE_JUDGE_MODEL) pass through."""
+        dropped = ("LANGFUSE_", "TRIAGE_STORE", "TRIAGE_CONFIG", "TRIAGE_FACTS_FILE", "TRIAGE_MCP_") + (
+            "JOB_COMPLETION_INDEX",
+            "TRIAGE_SHARD_COUNT",
+        )
+        return {k: v for k, v in os.environ.items() if not k.upper().startswith(dropped)}
 
     def secrets(self) -> list[str]:
         """Secret values, so logging can redact them wherever they might appear."""

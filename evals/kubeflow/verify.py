@@ -739,12 +739,45 @@ def _check_counts(report: Report) -> None:
 # ---------------------------------------------------------------- command line
 
 
+def label_record(case: Mapping[str, Any]) -> dict[str, Any]:
+    """The case's label in `triage calibrate`'s label format (plus what `triage eval` reads)."""
+    return {
+        "trace_id": f"eval-{case['id']}",
+        "reviewer": "evalset",
+        "layer": case["layer"],
+        "facts": case["facts"],
+        "component": case["component"],
+        "split": case["split"],
+        "tags": case["tags"],
+    }
+
+
+def write_set(
+    cases: Sequence[Mapping[str, Any]], corpus: Corpus, folder: Path, corpus_root: Path, issues: Path = ISSUES_DIR
+) -> int:
+    """The set as `triage eval` reads it: `traces.jsonl` (import lines), `labels.jsonl`, `triage.toml`
+    (the built-in defaults plus `[[index]]` folders over the corpus and the set's issue threads)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    traces = [json.dumps(trace_record(case, corpus, n), ensure_ascii=False) for n, case in enumerate(cases)]
+    (folder / "traces.jsonl").write_text("\n".join(traces) + "\n", encoding="utf-8")
+    labels = [json.dumps(label_record(case), ensure_ascii=False) for case in cases]
+    (folder / "labels.jsonl").write_text("\n".join(labels) + "\n", encoding="utf-8")
+    roots = {name: corpus_root.resolve() / sub for name, sub in COLLECTION_DIRS.items()}
+    roots["issues"] = issues.resolve()
+    folders = [f'[[index]]\ncollection = "{name}"\npath = {json.dumps(str(path))}\n' for name, path in roots.items()]
+    (folder / "triage.toml").write_text("\n".join(folders), encoding="utf-8")
+    return len(cases)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python evals/kubeflow/verify.py", description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="the shared corpus folder")
     parser.add_argument("--cases", type=Path, default=CASES_FILE)
     parser.add_argument("--issues", type=Path, default=ISSUES_DIR)
     parser.add_argument("--write-traces", type=Path, metavar="FILE", help="write the `triage import` traces")
+    parser.add_argument(
+        "--write-set", type=Path, metavar="DIR", help="write the set for `triage eval DIR` (traces, labels, config)"
+    )
     args = parser.parse_args(argv)
     if not (args.corpus / COLLECTION_DIRS["docs"] / "INDEX.jsonl").is_file():
         print(f"skipped: the corpus is not at {args.corpus} (it ships only beside the project's own "
@@ -767,6 +800,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report.fail(str(case.get("id")), str(ex))
         args.write_traces.write_text("\n".join(lines) + "\n", encoding="utf-8")
         print(f"\nwrote {len(lines)} traces to {args.write_traces}")
+    if args.write_set and not report.failures:
+        count = write_set(cases, corpus, args.write_set, args.corpus, args.issues)
+        print(f"\nwrote the set ({count} cases) to {args.write_set} for `triage eval {args.write_set}`")
     if report.failures:
         print(f"\n{len(report.failures)} failures:", file=sys.stderr)
         for failure in report.failures:

@@ -29,32 +29,44 @@ def _facts(raw: Any) -> Facts | None:
 
 
 def decisions_from_scores(
-    scores: Sequence[StoredScore], layer_score: str, rule_version: str, issues_collection: str = "issues"
+    scores: Sequence[StoredScore],
+    layer_score: str,
+    rule_version: str,
+    issues_collection: str = "issues",
+    component_score: str | None = None,
 ) -> dict[str, Decision]:
-    """One decision per trace from its layer scores: this rule version's where there is one, else the newest."""
+    """One decision per trace from its layer scores: this rule version's where there is one, else the newest.
+
+    With `component_score`, the component comes from that score (same choice of row)."""
     best: dict[str, StoredScore] = {}
+    components: dict[str, StoredScore] = {}
 
     def rank(score: StoredScore) -> tuple[bool, Any]:
         meta = score.metadata if isinstance(score.metadata, dict) else {}
         return (str(meta.get("rule_version")) == rule_version, score.timestamp)
 
     for score in scores:
-        if score.name != layer_score or score.trace_id is None:
+        if score.trace_id is None or score.name not in (layer_score, component_score):
             continue
-        held = best.get(score.trace_id)
+        chosen = best if score.name == layer_score else components
+        held = chosen.get(score.trace_id)
         if held is None or rank(score) > rank(held):
-            best[score.trace_id] = score
+            chosen[score.trace_id] = score
     out = {}
     for trace_id, score in best.items():
         meta = score.metadata if isinstance(score.metadata, dict) else {}
         facts = _facts(meta.get("facts"))
         layer = Layer(score.value) if score.value in _LAYERS else None
+        component = components.get(trace_id)
+        owners = meta.get("owners")
         out[trace_id] = Decision(
             trace_id=trace_id,
             layer=layer,
             facts=facts,
             confidence=verdict_confidence(facts, issues_collection) if facts else "low",
             judge=meta.get("judge") if isinstance(meta.get("judge"), str) else None,
+            component=component.value if component is not None and isinstance(component.value, str) else None,
+            owners=[str(o) for o in owners] if isinstance(owners, list) else [],
         )
     return out
 

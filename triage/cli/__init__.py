@@ -12,6 +12,7 @@ import click
 from triage import __version__, logs
 from triage.cli.calibrate import calibrate
 from triage.cli.demo import demo
+from triage.cli.eval import eval_
 from triage.cli.feedback import feedback
 from triage.cli.index import index
 from triage.cli.store import import_
@@ -33,7 +34,7 @@ def cli() -> None:
     logs.current_format = "text"  # until a command configures its logging
 
 
-for command in (feedback, demo, import_, index, calibrate):
+for command in (feedback, demo, import_, index, calibrate, eval_):
     cli.add_command(command)
 
 

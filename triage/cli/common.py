@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from triage.errors import ConfigError, ExitCode, TriageError
 from triage.redact import redact
 from triage.settings import Settings
 from triage.sinks.report import render_report
-from triage.sinks.summary import summary_lines
+from triage.sinks.summary import summary_lines, summary_record
 
 log = logging.getLogger("triage")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -113,10 +114,12 @@ def writable_file(path: Path | None, option: str) -> Path | None:
     return path
 
 
-def finish(result: RunResult, report: bool, report_file: Path | None) -> None:
+def finish(result: RunResult, report: bool, report_file: Path | None, summary_file: Path | None = None) -> None:
     """Print the summary to the log, the report where asked, and exit with the run's code."""
     for line in summary_lines(result):
         log.info("summary: %s", line, extra={"event": "summary"})
+    if summary_file:
+        summary_file.write_text(json.dumps(summary_record(result), indent=2) + "\n", encoding="utf-8")
     if report or report_file:
         text = render_report(result)
         if report:

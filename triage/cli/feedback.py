@@ -15,6 +15,7 @@ from triage.cli.common import (
     parse_shard,
     report_options,
     with_options,
+    writable_file,
 )
 from triage.engine.options import RunOptions
 
@@ -70,6 +71,12 @@ def finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Append each trace's facts as JSONL (replay them with --judge replay:FILE). Default: TRIAGE_FACTS_FILE.",
 )
+@click.option(
+    "--summary-file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    callback=lambda ctx, param, value: writable_file(value, "--summary-file"),
+    help="Write the run's figures (counts, judge calls, tokens, cost, exit code) as JSON to this file.",
+)
 @handle_errors
 def feedback(
     since_hours: float,
@@ -83,6 +90,7 @@ def feedback(
     log_format: str | None,
     config_path: Path | None,
     facts_file: Path | None,
+    summary_file: Path | None,
 ) -> None:
     """Triage every thumbs-down vote in the window (the nightly job)."""
     settings = load_settings()
@@ -98,4 +106,4 @@ def feedback(
         facts_file=facts_file or settings.triage_facts_file,
     )
     result = run(settings, config_for(settings, config_path), options, judge_spec)
-    finish(result, report, report_file)
+    finish(result, report, report_file, summary_file)

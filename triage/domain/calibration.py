@@ -53,6 +53,8 @@ class Decision(_Record):
     confidence: Confidence = "low"
     judge: str | None = None
     url: str | None = None
+    component: str | None = None
+    owners: list[str] = Field(default_factory=list)
 
 
 class BadLabel(_Record):
@@ -128,3 +130,33 @@ class CalibrationReport(_Record):
         if self.min_kappa is None:
             return None
         return self.layer.kappa_low is not None and self.layer.kappa_low >= self.min_kappa
+
+
+class EvalMiss(_Record):
+    trace_id: str
+    human: str
+    judge: str
+    human_component: str | None = None
+    judge_component: str | None = None
+
+
+class EvalRun(_Record):
+    """One judge over one split of a labelled set, through the real `triage feedback`."""
+
+    judge: str
+    split: str
+    cases: int
+    triaged: int
+    layer: Agreement
+    facts: dict[str, Agreement]
+    component_accuracy: float | None
+    owner_accuracy: float | None
+    judge_calls_per_trace: float | None
+    exit_code: int
+    error: str | None = None
+    misses: list[EvalMiss] = Field(default_factory=list)
+
+
+class EvalReport(_Record):
+    set: str
+    runs: list[EvalRun]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from triage.domain.calibration import CalibrationReport
+from triage.domain.calibration import LABELLED_FACTS, CalibrationReport, EvalReport
 from triage.sinks.markdown import templates
 
 
@@ -19,4 +19,15 @@ def render_calibration(report: CalibrationReport) -> str:
 
 
 def calibration_json(report: CalibrationReport) -> str:
+    return report.model_dump_json(indent=2) + "\n"
+
+
+def render_eval(report: EvalReport) -> str:
+    """The evaluation table (a row per judge and split) and each judge's misses."""
+    splits = [run.split for run in report.runs]
+    detail = "all" if "all" in splits else (splits[0] if splits else "all")
+    return templates.get_template("eval.md.j2").render(report=report, facts=LABELLED_FACTS, detail=detail)
+
+
+def eval_json(report: EvalReport) -> str:
     return report.model_dump_json(indent=2) + "\n"

@@ -37,3 +37,28 @@ def summary_lines(result: RunResult) -> list[str]:
         f"time {result.elapsed:.1f}s",
     ]
     return lines
+
+
+def summary_record(result: RunResult) -> dict[str, object]:
+    """The run's figures for a machine (`--summary-file`): what the summary lines say, as JSON."""
+    kinds: dict[str, int] = defaultdict(int)
+    for skipped in result.skipped:
+        kinds[skipped.undecided.kind] += 1
+    return {
+        "exit_code": int(result.exit_code),
+        "votes_seen": result.votes_seen,
+        "thumbs_down": result.thumbs_down,
+        "already_triaged": result.already_triaged,
+        "triaged": len(result.entries),
+        "not_triaged": dict(sorted(kinds.items())),
+        "layers": dict(sorted(result.layer_counts.items())),
+        "written": result.written,
+        "judge": result.judge,
+        "judge_calls": result.usage.calls,
+        "input_tokens": result.usage.input_tokens,
+        "output_tokens": result.usage.output_tokens,
+        "cost_usd": round(result.cost, 6),
+        "search_calls": result.search_calls,
+        "backend_requests": result.requests,
+        "elapsed_seconds": round(result.elapsed, 3),
+    }

@@ -72,6 +72,20 @@ def _as_raw(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
+def vote_shift(traces_file: Path, now: datetime, before: timedelta = timedelta(hours=1)) -> timedelta:
+    """How far to move an import file so its newest vote lands `before` now (demo and eval data)."""
+    newest: datetime | None = None
+    for line in traces_file.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        for score in json.loads(line).get("scores") or []:
+            stamp = _parse_time(score.get("timestamp"), str(traces_file))
+            newest = stamp if newest is None or stamp > newest else newest
+    if newest is None:
+        raise InputError(f"{traces_file} holds no votes")
+    return (now - before) - newest
+
+
 @dataclass
 class ImportCounts:
     traces: int = 0

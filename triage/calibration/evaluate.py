@@ -1,0 +1,245 @@
+"""`triage eval`: run the real `triage feedback` over a labelled set with each judge, then calibrate.
+
+A set is a folder with `traces.jsonl` (the `triage import` format, one thumbs-down per trace),
+`labels.jsonl` (`triage calibrate`'s label format; an evaluation set's lines also carry the whole
+`facts`, the `component` and a `split`) and optionally `triage.toml` (the configuration: the index
+folders to search again). Each judge gets a fresh embedded store with the set imported (votes moved
+to an hour ago), and a `triage feedback --write --force` subprocess: the real command line, its
+real writes. Its decisions are then read back from the store and compared with the labels.
+
+`replay` means the labels' own facts replayed: the ceiling of everything after the judge.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from triage.calibration.agreement import agreement
+from triage.calibration.calibrate import LAYER_CLASSES, UNDECIDED, calibrate
+from triage.calibration.decisions import decisions_from_scores
+from triage.calibration.labels import labels_from_file
+from triage.domain.calibration import Decision, EvalMiss, EvalReport, EvalRun, Label
+from triage.domain.config import TriageConfig
+from triage.domain.ownership import owners
+from triage.errors import UsageError
+from triage.sources.store import Store, vote_shift
+
+SPLITS_ALL = "all"
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    folder: Path
+
+    @property
+    def traces(self) -> Path:
+        return self.folder / "traces.jsonl"
+
+    @property
+    def labels(self) -> Path:
+        return self.folder / "labels.jsonl"
+
+    @property
+    def config(self) -> Path | None:
+        path = self.folder / "triage.toml"
+        return path if path.is_file() else None
+
+    def check(self) -> None:
+        for path in (self.traces, self.labels):
+            if not path.is_file():
+                raise UsageError(f"{self.folder} is not an evaluation set: {path.name} is missing")
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    judges: tuple[str, ...] = ("heuristic", "replay")
+    split: str | None = None  # None: every split, and all together
+    concurrency: int = 8
+    timeout_seconds: float = 3600.0
+    keep: Path | None = None  # keep each judge's store, facts and log here
+
+
+def _slug(judge: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", judge.split(":")[0]).strip("-") or "judge"
+
+
+def _raw_labels(path: Path) -> dict[str, dict[str, Any]]:
+    """Each trace's label line as written (for the component and the replayed facts)."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # listed as a bad label by labels_from_file
+        if isinstance(record, dict) and isinstance(record.get("trace_id"), str):
+            out[record["trace_id"]] = record
+    return out
+
+
+def _unsearched(record: Mapping[str, Any] | None) -> bool:
+    facts = record.get("facts") if record else None
+    return isinstance(facts, dict) and facts.get("agent_searched") is False
+
+
+def _span_hours(traces: Path, shift: timedelta, now: datetime) -> float:
+    """A window that holds every vote of the set once moved: back to the oldest, plus margin."""
+    oldest: datetime | None = None
+    for line in traces.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        for score in json.loads(line).get("scores") or []:
+            stamp = datetime.fromisoformat(str(score["timestamp"]).replace("Z", "+00:00")) + shift
+            oldest = stamp if oldest is None or stamp < oldest else oldest
+    assert oldest is not None  # vote_shift found a vote
+    return (now - oldest).total_seconds() / 3600 + 2
+
+
+@dataclass
+class _Run:
+    judge: str
+    exit_code: int
+    decisions: dict[str, Decision]
+    summary: dict[str, Any]
+    error: str | None
+
+
+def _run_judge(
+    judge: str,
+    eval_set: EvalSet,
+    raw: Mapping[str, Mapping[str, Any]],
+    config: TriageConfig,
+    options: EvalOptions,
+    env: Mapping[str, str],
+    work: Path,
+) -> _Run:
+    slug = _slug(judge)
+    store = work / f"{slug}.sqlite"
+    now = datetime.now(UTC)
+    shift = vote_shift(eval_set.traces, now)
+    with Store(store) as db:
+        db.import_file(eval_set.traces, shift=shift)
+    spec = judge
+    if judge == "replay":
+        truth = work / "labels.facts.jsonl"
+        truth.write_text(
+            "".join(
+                json.dumps({**record["facts"], "trace_id": trace_id}) + "\n"
+                for trace_id, record in raw.items()
+                if isinstance(record.get("facts"), dict)
+            ),
+            encoding="utf-8",
+        )
+        spec = f"replay:{truth}"
+    summary_file = work / f"{slug}.summary.json"
+    command = [sys.executable, "-m", "triage", "feedback", "--write", "--force"]
+    command += ["--since-hours", f"{_span_hours(eval_set.traces, shift, now):.2f}", "--judge", spec]
+    command += ["--concurrency", str(options.concurrency), "--facts-file", str(work / f"{slug}.facts.jsonl")]
+    command += ["--summary-file", str(summary_file)]
+    if eval_set.config is not None:
+        command += ["--config", str(eval_set.config)]
+    try:
+        done = subprocess.run(
+            command,
+            env={**env, "TRIAGE_STORE": str(store)},
+            capture_output=True,
+            text=True,
+            timeout=options.timeout_seconds,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return _Run(judge, -1, {}, {}, f"triage feedback did not finish within {options.timeout_seconds:.0f} s")
+    (work / f"{slug}.log").write_text(done.stderr, encoding="utf-8")
+    if not summary_file.is_file():
+        return _Run(judge, done.returncode, {}, {}, done.stderr[-MAX_ERROR_CHARS:] or "no summary written")
+    summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    with Store(store) as db:
+        names = [config.scores.layer, config.scores.component]
+        rows = db.scores(names, now - timedelta(days=3650), now + timedelta(days=1))
+    scores = config.scores
+    decisions = decisions_from_scores(
+        rows, scores.layer, config.rule_version, config.agent.issues_collection, scores.component
+    )
+    return _Run(judge, done.returncode, decisions, summary, None)
+
+
+def _one_split(
+    run: _Run,
+    split: str,
+    labels: Sequence[Label],
+    raw: Mapping[str, Mapping[str, Any]],
+    config: TriageConfig,
+) -> EvalRun:
+    chosen = [lab for lab in labels if split == SPLITS_ALL or lab.split == split]
+    report = calibrate(chosen, run.decisions)
+    components = owners_right = with_component = 0
+    misses = []
+    for label in chosen:
+        decision = run.decisions.get(label.trace_id)
+        component = raw.get(label.trace_id, {}).get("component")
+        found = decision.layer.value if decision is not None and decision.layer is not None else UNDECIDED
+        if isinstance(component, str) and label.layer is not None:
+            with_component += 1
+            components += decision is not None and decision.component == component
+            expected = owners(label.layer, component, config)
+            owners_right += decision is not None and decision.owners == expected
+        if label.layer is not None and found != label.layer.value:
+            misses.append(
+                EvalMiss(
+                    trace_id=label.trace_id,
+                    human=label.layer.value,
+                    judge=found if decision is not None else "not triaged",
+                    human_component=component if isinstance(component, str) else None,
+                    judge_component=decision.component if decision is not None else None,
+                )
+            )
+    triaged = sum(lab.trace_id in run.decisions for lab in chosen)
+    calls = run.summary.get("judge_calls")
+    total = run.summary.get("triaged")
+    return EvalRun(
+        judge=run.judge,
+        split=split,
+        cases=len(chosen),
+        triaged=triaged,
+        layer=report.layer if chosen else agreement([], LAYER_CLASSES),
+        facts=report.facts,
+        component_accuracy=components / with_component if with_component else None,
+        owner_accuracy=owners_right / with_component if with_component else None,
+        judge_calls_per_trace=calls / total if isinstance(calls, int) and isinstance(total, int) and total else None,
+        exit_code=run.exit_code,
+        error=run.error,
+        misses=misses,
+    )
+
+
+def evaluate(eval_set: EvalSet, config: TriageConfig, options: EvalOptions, env: Mapping[str, str]) -> EvalReport:
+    """Every judge over the set, each through a real `triage feedback` run, against the labels."""
+    eval_set.check()
+    if not options.judges:
+        raise UsageError("name at least one judge")
+    labels, _bad = labels_from_file(eval_set.labels)
+    raw = _raw_labels(eval_set.labels)
+    # where the trace proves the agent never searched, the rule reads no judged fact: a set's
+    # complete facts there are no test of a judge (the engine does not even ask one)
+    labels = [lab.model_copy(update={"facts": {}}) if _unsearched(raw.get(lab.trace_id)) else lab for lab in labels]
+    splits = sorted({lab.split for lab in labels if lab.split})
+    wanted = [options.split] if options.split else [SPLITS_ALL, *splits]
+    if options.split and options.split not in splits:
+        raise UsageError(f"no label is in split {options.split!r} (splits: {', '.join(splits) or 'none'})")
+    runs: list[EvalRun] = []
+    with tempfile.TemporaryDirectory(prefix="triage-eval-") as tmp:
+        work = options.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for judge in options.judges:
+            run = _run_judge(judge, eval_set, raw, config, options, env, work)
+            runs += [_one_split(run, split, labels, raw, config) for split in wanted]
+    return EvalReport(set=str(eval_set.folder), runs=runs)

@@ -1,0 +1,71 @@
+"""`triage eval`: every judge named, through the real `triage feedback`, against a labelled set."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from triage import logs
+from triage.cli.common import config_for, handle_errors, load_settings, writable_file
+from triage.errors import ExitCode
+
+
+@click.command(name="eval")
+@click.argument("set_dir", metavar="SET_DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--judge",
+    "judges",
+    multiple=True,
+    metavar="heuristic|llm|cascade|replay|replay:FILE",
+    help="A judge to run (repeat for several). Default: heuristic and replay (the labels' own facts).",
+)
+@click.option("--split", help="Only the labels of this split (for example dev or test). Default: each, and all.")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True, help="Traces judged at once.")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    callback=lambda ctx, param, value: writable_file(value, "--output"),
+    help="Write the report to this file instead of standard output.",
+)
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep each judge's store, facts file, summary and log in this folder.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Configuration file. Default: the set's triage.toml, else TRIAGE_CONFIG, else the built-in defaults.",
+)
+@handle_errors
+def eval_(
+    set_dir: Path,
+    judges: tuple[str, ...],
+    split: str | None,
+    concurrency: int,
+    fmt: str,
+    output: Path | None,
+    keep: Path | None,
+    config_path: Path | None,
+) -> None:
+    """Measure judges on a labelled set: layer accuracy, kappa, per-fact, component and owner accuracy."""
+    settings = load_settings()
+    logs.configure(settings.triage_log_format, settings.secrets())
+    from triage.calibration.evaluate import EvalOptions, EvalSet, evaluate
+    from triage.sinks.calibration import eval_json, render_eval
+
+    eval_set = EvalSet(set_dir)
+    config = config_for(settings, config_path or eval_set.config)
+    options = EvalOptions(judges=judges or ("heuristic", "replay"), split=split, concurrency=concurrency, keep=keep)
+    report = evaluate(eval_set, config, options, settings.child_environment())
+    text = eval_json(report) if fmt == "json" else render_eval(report)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+    if any(run.error for run in report.runs):
+        sys.exit(ExitCode.ERROR)
