@@ -1,6 +1,6 @@
 """The command line: parse options, build settings, call one core function, map errors to exit codes.
 
-One module per command (group): `feedback`, `demo`, `store` (import), `index`; `common` holds
+One module per command (group): `feedback`, `demo`, `store` (import), `index`, `queue`; `common` holds
 what they share. Commands are glue only: the work is in the core they call.
 Exit codes are `triage.errors.ExitCode` (the CronJob's contract, documented in the README).
 """
@@ -13,6 +13,7 @@ from triage import __version__, logs
 from triage.cli.demo import demo
 from triage.cli.feedback import feedback
 from triage.cli.index import index
+from triage.cli.queue import queue
 from triage.cli.store import import_
 from triage.errors import ExitCode
 
@@ -32,7 +33,7 @@ def cli() -> None:
     logs.current_format = "text"  # until a command configures its logging
 
 
-for command in (feedback, demo, import_, index):
+for command in (feedback, demo, import_, index, queue):
     cli.add_command(command)
 
 
