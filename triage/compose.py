@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from triage.calibration.calibrate import CalibrateOptions, calibrate_from
+from triage.calibration.queue import QueueOptions, QueueResult, run_queue
 from triage.domain.calibration import CalibrationReport
 from triage.domain.config import IndexFolder, TriageConfig
 from triage.domain.outcome import RunResult
@@ -143,6 +144,26 @@ def feedback(
                 await judge.aclose()
 
         return asyncio.run(run())
+
+
+def queue(settings: Settings, config: TriageConfig, options: QueueOptions) -> QueueResult:
+    """The one core call behind `triage queue`. Langfuse only: the embedded store has no
+    annotation queues, so without Langfuse keys this is a configuration error (exit 3)."""
+    if not settings.uses_langfuse:
+        raise ConfigError(
+            "triage queue fills a Langfuse annotation queue: set LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY "
+            "(the embedded store has no annotation queues)"
+        )
+    from triage.sources.langfuse.backend import LangfuseBackend
+
+    budget = Budget(settings.triage_retry_budget_seconds)
+    with open_backend(settings, budget) as backend:
+        if not isinstance(backend, LangfuseBackend):  # cannot happen: uses_langfuse opens Langfuse
+            raise ConfigError("triage queue needs Langfuse")
+        annotations = backend.annotations()
+        result = run_queue(port=annotations, decisions=annotations, config=config, options=options)
+        result.requests = backend.stats.requests
+        return result
 
 
 def demo_shift(traces_file: Path, now: datetime) -> timedelta:

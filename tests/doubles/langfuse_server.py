@@ -20,8 +20,14 @@ behaviour that makes Langfuse tricky (see ../shared/notes/langfuse.md):
 - `POST /api/public/scores` in both contracts: one object -> 200 {id} (the spec file's contract) and
   a JSON list -> 202 {"message": "Accepted"} or 207 (SDK 5.x). `score_contract="single"` is an older
   server: lists are a 400 and the timestamp is ignored (the receive time is stamped);
+- score configs (`/api/public/score-configs`: list, create with Langfuse's checks, get one) and
+  annotation queues (`/api/public/annotation-queues`: list, create, get one; `.../{id}/items`: list,
+  add), page-numbered (`page`, `limit` at most 100, `meta.totalPages`), newest first. A queue's
+  name is unique (409); queue items are NOT de-duplicated: the same object POSTed twice makes two
+  items (langfuse/langfuse#12938), which is why a client must list the items first;
 - 429 with Retry-After (every k-th request, or a requests-per-minute limit), scripted faults
-  (status codes, slow responses, dropped connections), a restart (state kept, listener and open
+  (status codes, slow responses, dropped connections before or after the request was processed),
+  a restart (state kept, listener and open
   connections closed, then reopened on the same port), per-request latency, and a legacy mode where
   `/api/public/v2/observations` answers 404 (a Langfuse v3 server) and traces are read through
   `GET /api/public/traces/{id}` and `GET /api/public/sessions/{id}`;
@@ -36,6 +42,7 @@ import base64
 import copy
 import json
 import math
+import re
 import socket
 import threading
 import time
@@ -148,7 +155,7 @@ class LoggedRequest:
 class Fault:
     """A scripted fault for the next `count` matching requests."""
 
-    kind: str  # "status" | "slow" | "drop" | "429"
+    kind: str  # "status" | "slow" | "drop" | "drop_after" | "429"
     count: int = 1
     path: str | None = None  # substring of the request path
     method: str | None = None
@@ -207,6 +214,9 @@ class LangfuseStandIn:
         self._request_no = 0
         self._accepted_times: deque[float] = deque()
         self._faults: list[Fault] = []
+        self._score_configs: list[dict[str, Any]] = []
+        self._queues: list[dict[str, Any]] = []
+        self._queue_items: list[dict[str, Any]] = []
         self._restart_at: tuple[int, float] | None = None
         self.log: list[LoggedRequest] = []
 
@@ -299,8 +309,10 @@ class LangfuseStandIn:
         seconds: float = 0.0,
     ) -> None:
         """Script a fault: "status" (answer `status`), "slow" (wait `seconds` first), "drop"
-        (close the connection without an answer), "429" (Retry-After `seconds`)."""
-        if kind not in {"status", "slow", "drop", "429"}:
+        (close the connection without an answer), "drop_after" (process the request, then close
+        the connection without an answer: the write landed, the client cannot know), "429"
+        (Retry-After `seconds`)."""
+        if kind not in {"status", "slow", "drop", "drop_after", "429"}:
             raise ValueError(kind)
         with self._lock:
             self._faults.append(Fault(kind, count, path, method, status, seconds))
@@ -484,12 +496,15 @@ class LangfuseStandIn:
                     time.sleep(fault.seconds)
                 elif fault.kind == "429":
                     raise HttpProblem(429, "Rate limit exceeded", {"Retry-After": _fmt(fault.seconds)})
-                else:
+                elif fault.kind != "drop_after":
                     raise HttpProblem(fault.status, "Injected failure")
             self._check_auth(headers)
             self._check_rate(number)
             status, payload = self._route(method, path, query, body)
             out_headers: dict[str, str] = {}
+            if fault is not None and fault.kind == "drop_after":
+                entry.status = 0
+                return None
         except HttpProblem as problem:
             status, payload, out_headers = problem.status, {"message": problem.message}, problem.headers
         data = json.dumps(payload).encode()
@@ -545,6 +560,8 @@ class LangfuseStandIn:
             return 200, self._legacy_session(path.removeprefix("/api/public/sessions/"))
         if method == "POST" and path == "/api/public/scores":
             return self._post_scores(body)
+        if path.startswith(("/api/public/score-configs", "/api/public/annotation-queues")):
+            return self._route_review(method, path, query, body)
         raise HttpProblem(404 if method in {"GET", "POST"} else 405, "Not Found")
 
     # ----------------------------------------------------------------- endpoints
@@ -981,6 +998,241 @@ class LangfuseStandIn:
             at = time.monotonic() + self.read_delay
             self._pending.extend((at, row) for row in rows)
             self._apply_due()
+
+    # ----------------------------------------------------------------- score configs, annotation queues
+
+    def score_configs(self) -> list[dict[str, Any]]:
+        """Every score config, oldest first, as the API shows them."""
+        with self._lock:
+            return [self._config_out(c) for c in self._score_configs]
+
+    def add_score_config(self, body: dict[str, Any], *, archived: bool = False) -> dict[str, Any]:
+        """Store a score config as if someone had made it (no checks), for tests."""
+        with self._lock:
+            config = self._new_config(body)
+            config["isArchived"] = archived
+            self._score_configs.append(config)
+            return self._config_out(config)
+
+    def annotation_queues(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [self._queue_out(q) for q in self._queues]
+
+    def queue_items(self, queue_id: str | None = None) -> list[dict[str, Any]]:
+        """Every queue item (of one queue), oldest first."""
+        with self._lock:
+            return [
+                self._item_out(i) for i in self._queue_items if queue_id is None or i["queueId"] == queue_id
+            ]
+
+    def _route_review(
+        self, method: str, path: str, query: dict[str, list[str]], body: bytes
+    ) -> tuple[int, Any]:
+        q = {k: v[-1] for k, v in query.items()}
+        if path == "/api/public/score-configs":
+            if method == "GET":
+                with self._lock:
+                    return 200, _paged(q, [self._config_out(c) for c in reversed(self._score_configs)])
+            if method == "POST":
+                return 200, self._create_config(_json_object(body))
+        if method == "GET" and (match := re.fullmatch(r"/api/public/score-configs/([^/]+)", path)):
+            with self._lock:
+                config = next((c for c in self._score_configs if c["id"] == match.group(1)), None)
+            if config is None:
+                raise HttpProblem(404, "Score config not found")
+            return 200, self._config_out(config)
+        if path == "/api/public/annotation-queues":
+            if method == "GET":
+                with self._lock:
+                    return 200, _paged(q, [self._queue_out(x) for x in reversed(self._queues)])
+            if method == "POST":
+                return 200, self._create_queue(_json_object(body))
+        match = re.fullmatch(r"/api/public/annotation-queues/([^/]+)(/items)?", path)
+        if match is not None:
+            with self._lock:
+                queue = next((x for x in self._queues if x["id"] == match.group(1)), None)
+            if queue is None:
+                raise HttpProblem(404, "Annotation queue not found")
+            if not match.group(2) and method == "GET":
+                return 200, self._queue_out(queue)
+            if match.group(2) and method == "GET":
+                status = q.get("status")
+                if status is not None and status not in {"PENDING", "COMPLETED"}:
+                    raise HttpProblem(400, "status must be PENDING or COMPLETED")
+                with self._lock:
+                    items = [
+                        self._item_out(i)
+                        for i in reversed(self._queue_items)
+                        if i["queueId"] == queue["id"] and (status is None or i["status"] == status)
+                    ]
+                return 200, _paged(q, items)
+            if match.group(2) and method == "POST":
+                return 200, self._create_item(queue["id"], _json_object(body))
+        raise HttpProblem(404 if method in {"GET", "POST"} else 405, "Not Found")
+
+    def _new_config(self, body: dict[str, Any]) -> dict[str, Any]:
+        now = iso(_now())
+        categories = body.get("categories")
+        if body.get("dataType") == "BOOLEAN":
+            # Langfuse makes a boolean config's categories itself
+            categories = [{"label": "True", "value": 1}, {"label": "False", "value": 0}]
+        self._seq += 1
+        return {
+            "id": str(uuid.uuid4()),
+            "name": body.get("name"),
+            "createdAt": now,
+            "updatedAt": now,
+            "projectId": self.project_id,
+            "dataType": body.get("dataType"),
+            "isArchived": False,
+            "minValue": body.get("minValue"),
+            "maxValue": body.get("maxValue"),
+            "categories": categories,
+            "description": body.get("description"),
+        }
+
+    def _create_config(self, body: dict[str, Any]) -> dict[str, Any]:
+        problem = _config_problem(body)
+        if problem:
+            raise HttpProblem(400, f"Invalid request data: {problem}")
+        with self._lock:
+            config = self._new_config(body)
+            self._score_configs.append(config)  # names are not unique: a second POST makes a second config
+            return self._config_out(config)
+
+    def _config_out(self, config: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy(config)
+
+    def _create_queue(self, body: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(body) - {"name", "description", "scoreConfigIds"}
+        if unknown:
+            raise HttpProblem(400, f"Invalid request data: unrecognized keys {sorted(unknown)}")
+        name, ids = body.get("name"), body.get("scoreConfigIds")
+        if not isinstance(name, str) or not name:
+            raise HttpProblem(400, "Invalid request data: name is required")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            raise HttpProblem(400, "Invalid request data: scoreConfigIds must hold at least one id")
+        if body.get("description") is not None and not isinstance(body["description"], str):
+            raise HttpProblem(400, "Invalid request data: description must be a string")
+        with self._lock:
+            if any(x["name"] == name for x in self._queues):
+                raise HttpProblem(409, "A queue with this name already exists.")
+            known = {c["id"] for c in self._score_configs}
+            if any(i not in known for i in ids):
+                raise HttpProblem(
+                    400, "At least one of the score config IDs cannot be found for the given project."
+                )
+            now = iso(_now())
+            queue = {
+                "id": str(uuid.uuid4()),
+                "name": name,
+                "description": body.get("description"),
+                "scoreConfigIds": list(ids),
+                "createdAt": now,
+                "updatedAt": now,
+            }
+            self._queues.append(queue)
+            return self._queue_out(queue)
+
+    def _queue_out(self, queue: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy(queue)
+
+    def _create_item(self, queue_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(body) - {"objectId", "objectType", "status"}
+        if unknown:
+            raise HttpProblem(400, f"Invalid request data: unrecognized keys {sorted(unknown)}")
+        if not isinstance(body.get("objectId"), str):
+            raise HttpProblem(400, "Invalid request data: objectId is required")
+        if body.get("objectType") not in {"TRACE", "OBSERVATION", "SESSION"}:
+            raise HttpProblem(400, "Invalid request data: objectType must be TRACE, OBSERVATION or SESSION")
+        status = body.get("status") or "PENDING"
+        if status not in {"PENDING", "COMPLETED"}:
+            raise HttpProblem(400, "Invalid request data: status must be PENDING or COMPLETED")
+        now = iso(_now())
+        item = {
+            "id": str(uuid.uuid4()),
+            "queueId": queue_id,
+            "objectId": body["objectId"],
+            "objectType": body["objectType"],
+            "status": status,
+            "completedAt": now if status == "COMPLETED" else None,
+            "createdAt": now,
+            "updatedAt": now,
+        }
+        with self._lock:
+            self._queue_items.append(item)  # no de-duplication, as in Langfuse
+        return self._item_out(item)
+
+    def _item_out(self, item: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy(item)
+
+
+CONFIG_NAME = re.compile(r"^[A-Za-z0-9_ .()\-]{1,35}$")
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        payload = json.loads(body or b"null")
+    except json.JSONDecodeError as ex:
+        raise HttpProblem(400, "Invalid JSON body") from ex
+    if not isinstance(payload, dict):
+        raise HttpProblem(400, "Invalid request data: expected object")
+    return payload
+
+
+def _paged(q: dict[str, str], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A page-numbered listing as Langfuse's public API pages it (`publicApiPaginationZod`)."""
+    page = _int_param(q, "page", 1)
+    limit = _int_param(q, "limit", 50)
+    if page < 1:
+        raise HttpProblem(400, "page must be greater than 0")
+    if not 1 <= limit <= 100:
+        raise HttpProblem(400, "limit must be at most 100")
+    total = len(rows)
+    return {
+        "data": rows[(page - 1) * limit : page * limit],
+        "meta": {"page": page, "limit": limit, "totalItems": total, "totalPages": math.ceil(total / limit)},
+    }
+
+
+def _config_problem(body: dict[str, Any]) -> str | None:
+    """Langfuse's checks of a new score config (`PostScoreConfigBody`)."""
+    name = body.get("name")
+    if not isinstance(name, str) or not CONFIG_NAME.match(name):
+        return "name must be 1-35 letters, numbers, underscores, spaces, periods, parentheses or hyphens"
+    data_type = body.get("dataType")
+    if data_type not in {"NUMERIC", "BOOLEAN", "CATEGORICAL", "TEXT"}:
+        return "dataType must be NUMERIC, BOOLEAN, CATEGORICAL or TEXT"
+    if body.get("description") is not None and not isinstance(body["description"], str):
+        return "description must be a string"
+    categories = body.get("categories")
+    bounds = [body.get("minValue"), body.get("maxValue")]
+    if data_type == "NUMERIC":
+        if categories is not None:
+            return "numeric configs take no categories"
+        low, high = bounds
+        if any(b is not None and (isinstance(b, bool) or not isinstance(b, int | float)) for b in bounds):
+            return "minValue and maxValue must be numbers"
+        if low is not None and high is not None and high <= low:
+            return "Maximum value must be greater than Minimum value"
+        return None
+    if any(b is not None for b in bounds):
+        return f"{data_type.lower()} configs take no minValue or maxValue"
+    if data_type in {"BOOLEAN", "TEXT"}:
+        # absent, not even null: "Categories are autogenerated for boolean configs and cannot be passed"
+        return f"{data_type.lower()} configs take no categories" if "categories" in body else None
+    if not isinstance(categories, list) or not categories:
+        return "categorical configs need at least one category"
+    for c in categories:
+        if not isinstance(c, dict) or not isinstance(c.get("label"), str) or not c["label"]:
+            return "each category needs a label"
+        if isinstance(c.get("value"), bool) or not isinstance(c.get("value"), int | float):
+            return "each category needs a numeric value"
+    labels = [c["label"] for c in categories]
+    values = [c["value"] for c in categories]
+    if len(set(labels)) < len(labels) or len(set(values)) < len(values):
+        return "category labels and values must be unique"
+    return None
 
 
 # --------------------------------------------------------------------------- filter evaluation

@@ -1,1 +1,1 @@
-"""Calibration: how far the job's verdicts agree with people's labels (`calibrate`, `queue`, `eval`)."""
+"""Measuring the verdicts against people: the review queue, calibration and the evaluation set."""

@@ -4,7 +4,8 @@ Calls go through the `langfuse` package's Fern API client (`LangfuseAPI`) on an 
 client; raw HTTP through the same client only where the SDK has no call or costs too much: v3
 score reads, the legacy trace and session reads, and a single-object score POST for servers that
 speak the older contract. The parts: `http` (plumbing, retries), `scores` and `traces` (reads),
-`writes` (both write contracts and the read-back), `links` (UI links), `wire` (shapes, mapping).
+`writes` (both write contracts and the read-back), `links` (UI links), `wire` (shapes, mapping),
+`annotations` (score configs, annotation queues, the job's decisions for `triage queue`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, ScoreWrite, StoredScore, UnreadableTrace, Vote, WriteOutcome
 from triage.errors import ConfigError
 from triage.retry import Budget, Clock, RetryPolicy
+from triage.sources.langfuse.annotations import LangfuseAnnotations
 from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
 from triage.sources.langfuse.links import LINKS_RETRY, TraceLinks
 from triage.sources.langfuse.scores import ScoreReads
@@ -95,6 +97,10 @@ class LangfuseBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def annotations(self) -> LangfuseAnnotations:
+        """Score configs, annotation queues and the job's decisions, on the same client (`triage queue`)."""
+        return LangfuseAnnotations(self._http, self._scores)
 
     # -- VoteSource -----------------------------------------------------------------------------
 

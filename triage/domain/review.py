@@ -1,0 +1,129 @@
+"""Human review: score configs, an annotation queue and its items, and the job's decisions as a
+queue sees them; the port `triage queue` talks to (Langfuse's annotation queues).
+
+Pure records and the port; the sampling is in `triage.calibration.queue`, the Langfuse calls in
+`triage.sources.langfuse.annotations`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from triage.domain.records import Facts, Layer
+
+ConfigDataType = Literal["CATEGORICAL", "BOOLEAN", "NUMERIC", "TEXT"]
+ObjectType = Literal["TRACE", "OBSERVATION", "SESSION"]
+
+#: Langfuse's rule for a score config's name (`CreateScoreConfigRequest.name`)
+CONFIG_NAME = re.compile(r"^[A-Za-z0-9_ .()\-]{1,35}$")
+
+
+def config_name_problem(name: str) -> str | None:
+    """Why Langfuse would refuse `name` as a score config's name, or None."""
+    if not name or len(name) > 35:
+        return f"score config name {name!r} must be 1-35 characters"
+    if not CONFIG_NAME.match(name):
+        return (
+            f"score config name {name!r} may hold only letters, digits, underscores, spaces, periods, "
+            "parentheses and hyphens"
+        )
+    return None
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Category(_Record):
+    label: str
+    value: float
+
+
+class ScoreConfigSpec(_Record):
+    """A score config triage needs: what it creates when none of that name exists."""
+
+    name: str
+    data_type: ConfigDataType
+    #: CATEGORICAL only; a BOOLEAN config's categories are Langfuse's (True 1, False 0)
+    categories: list[Category] | None = None
+    description: str | None = None
+
+
+class ScoreConfig(_Record):
+    """A score config as Langfuse holds it."""
+
+    id: str
+    name: str
+    data_type: str
+    is_archived: bool = False
+    categories: list[Category] | None = None
+    description: str | None = None
+
+
+class ReviewQueue(_Record):
+    """An annotation queue."""
+
+    id: str
+    name: str
+    score_config_ids: list[str] = Field(default_factory=list)
+
+
+class QueueItem(_Record):
+    """One item of an annotation queue: the object a reviewer is shown, nothing else."""
+
+    id: str
+    object_id: str
+    object_type: str
+    status: str
+
+
+class Decision(_Record):
+    """One of the job's verdicts, as its `triage_layer` score holds it."""
+
+    trace_id: str
+    layer: Layer
+    #: the facts of the score's metadata; None when they cannot be read
+    facts: Facts | None = None
+    timestamp: datetime | None = None
+
+
+class AnnotationPort(Protocol):
+    """Score configs and annotation queues (Langfuse). Raise `LangfuseError`, or `ConfigError`
+    for refused credentials."""
+
+    def score_configs(self) -> list[ScoreConfig]:
+        """Every score config of the project, archived ones included."""
+        ...
+
+    def create_score_config(self, spec: ScoreConfigSpec) -> ScoreConfig: ...
+
+    def queues(self) -> list[ReviewQueue]:
+        """Every annotation queue of the project."""
+        ...
+
+    def create_queue(
+        self, name: str, description: str | None, score_config_ids: Sequence[str]
+    ) -> ReviewQueue:
+        """Create the queue; the existing one when a queue of that name appeared meanwhile."""
+        ...
+
+    def queue_items(self, queue_id: str) -> list[QueueItem]:
+        """Every item of the queue, whatever its status."""
+        ...
+
+    def add_item(self, queue_id: str, object_id: str, object_type: ObjectType = "TRACE") -> QueueItem:
+        """Add one item. The server does not de-duplicate items: the caller checks first. A write
+        whose answer was lost is checked by re-reading the items, never blindly sent again."""
+        ...
+
+
+class DecisionSource(Protocol):
+    def decisions(self, score_name: str, rule_version: str, start: datetime, end: datetime) -> list[Decision]:
+        """The job's decisions under `rule_version` whose score timestamp (the trace's start) is in
+        [start, end), one per trace."""
+        ...
