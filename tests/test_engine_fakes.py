@@ -92,7 +92,7 @@ def test_a_searched_verdict_records_the_judge_and_what_it_was_given() -> None:
     [entry] = result.entries
     assert (entry.trace_id, entry.layer.value, entry.component) == ("searched", "ok", "katib")
     assert entry.written and entry.url == "https://langfuse.test/traces/searched"
-    for written in source.written():  # both scores, layer and component
+    for written in source.written("triage_layer") + source.written("triage_component"):
         assert written.metadata["judge"] == "fake" and written.metadata["prompt_version"] == "fake-1"
         assert written.metadata["facts"]["retrieved_has_answer"] is True
         assert written.metadata["votes"] == ["vote-searched"]
@@ -150,7 +150,7 @@ def test_a_write_that_fails_lists_every_trace_of_the_batch_as_not_written() -> N
         "triaged as ok" in {s.undecided.trace_id: s for s in result.not_written}["searched"].undecided.reason
     )
     assert result.written == 0 and not any(e.written for e in result.entries)
-    assert source.scores == {} and len(source.write_batches) == 0  # the one call raised
+    assert source.stored == {} and len(source.write_batches) == 0  # the one call raised
     assert result.exit_code == ExitCode.NOT_WRITTEN
 
 

@@ -58,7 +58,7 @@ def test_hostile_comment_is_escaped_and_changes_no_structure() -> None:
     assert "http://evil" not in hostile  # not even as a bare autolink
     # the whole comment stays on its own single bullet line
     [line] = [ln for ln in hostile.splitlines() if "user said" in ln]
-    assert line.startswith("  - user said: # Heading \\| col \\| col \\|")
+    assert line.startswith("    - user said: # Heading \\| col \\| col \\|")
 
 
 def test_md_escapes_every_markdown_control_character() -> None:

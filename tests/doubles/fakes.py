@@ -26,6 +26,7 @@ from triage.domain.records import (
     Observation,
     Passage,
     ScoreWrite,
+    StoredScore,
     Trace,
     UnreadableTrace,
     Usage,
@@ -200,7 +201,7 @@ class SourceCall:
     args: tuple[Any, ...]
 
 
-_IO_METHODS = frozenset({"votes", "session_traces", "observations", "triaged", "write_scores"})
+_IO_METHODS = frozenset({"votes", "session_traces", "observations", "triaged", "write_scores", "scores"})
 
 
 class FakeSource:
@@ -209,7 +210,7 @@ class FakeSource:
     Every call but `trace_url` counts as one request in `stats`. `fail(method, error, ...)` makes
     the next calls of `method` raise those errors, in order; `lose(trace_id, ...)` makes writes on
     those traces come back unconfirmed (in `WriteOutcome.failed`), as a write that never lands.
-    Written scores are kept in `scores` (by id, upserted) and every batch in `write_batches`.
+    Written scores are kept in `stored` (by id, upserted) and every batch in `write_batches`.
     """
 
     def __init__(
@@ -232,7 +233,7 @@ class FakeSource:
         self._sessions = {s: list(t) for s, t in sessions.items()} if sessions is not None else None
         self._triaged = set(triaged)
         self.history: list[SourceCall] = []
-        self.scores: dict[str, ScoreWrite] = {}
+        self.stored: dict[str, ScoreWrite] = {}
         self.write_batches: list[list[ScoreWrite]] = []
         self._failures: dict[str, deque[BaseException]] = {}
         self._lost: dict[str, str] = {}
@@ -278,7 +279,7 @@ class FakeSource:
 
     def written(self, name: str | None = None) -> list[ScoreWrite]:
         """The confirmed scores, by trace id then name; only those named `name` if given."""
-        found = [s for s in self.scores.values() if name is None or s.name == name]
+        found = [s for s in self.stored.values() if name is None or s.name == name]
         return sorted(found, key=lambda s: (s.trace_id, s.name))
 
     def _call(self, method: str, *args: Any) -> None:
@@ -290,6 +291,18 @@ class FakeSource:
             error = failures.popleft() if failures else None
         if error is not None:
             raise error
+
+    # -- ScoreReader ----------------------------------------------------------------------------
+
+    def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
+        self._call("scores", list(names), start, end)
+        with self._lock:
+            rows = [s for s in self.stored.values() if s.name in names and start <= s.timestamp < end]
+        return [
+            StoredScore(id=s.id, name=s.name, trace_id=s.trace_id, data_type=s.data_type, value=s.value,
+                        comment=s.comment, metadata=s.metadata, source="API", timestamp=s.timestamp)
+            for s in sorted(rows, key=lambda s: (s.timestamp, s.id))
+        ]  # fmt: skip
 
     # -- VoteSource ---------------------------------------------------------------------------
 
@@ -333,7 +346,7 @@ class FakeSource:
             return {
                 t
                 for t in trace_ids
-                if t in self._triaged or score_id(t, score_name, rule_version) in self.scores
+                if t in self._triaged or score_id(t, score_name, rule_version) in self.stored
             }
 
     def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
@@ -345,7 +358,7 @@ class FakeSource:
                 if score.trace_id in self._lost:
                     outcome.failed[score.id] = self._lost[score.trace_id]
                 else:
-                    self.scores[score.id] = score
+                    self.stored[score.id] = score
                     outcome.confirmed.append(score.id)
         return outcome
 

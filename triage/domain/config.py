@@ -20,6 +20,8 @@ class ScoreNames(_Section):
     vote: str = "user_feedback"
     layer: str = "triage_layer"
     component: str = "triage_component"
+    #: written by triage, CATEGORICAL: the failure signature (`triage.domain.signatures`)
+    signature: str = "triage_signature"
 
 
 class CalibrationConfig(_Section):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from triage.domain.records import Layer, Undecided, Usage
+from triage.domain.signatures import Worklist
 from triage.errors import ExitCode
 
 QUESTION_CHARS = 160
@@ -37,6 +38,19 @@ class Shard:
         return int.from_bytes(digest[:8], "big") % self.count == self.index
 
 
+@dataclass(frozen=True)
+class Findings:
+    """What makes an entry actionable: where the answer was, what was searched, what was invented.
+
+    Untrusted text (queries, quotes, claims) is cut short here and escaped by the sinks."""
+
+    agent_queries: tuple[str, ...] = ()
+    answer_url: str | None = None  # the page that holds the answer
+    answer_quote: str | None = None  # a short exact quote of the passage that holds it
+    unsupported: tuple[str, ...] = ()  # claims of the answer no passage supports
+    searched_again: tuple[str, ...] = ()  # the collections searched again for the question
+
+
 @dataclass
 class Entry:
     """One triaged trace, as the report shows it."""
@@ -51,6 +65,11 @@ class Entry:
     url: str | None
     injection_suspected: bool = False
     written: bool = False
+    findings: Findings = field(default_factory=Findings)
+    start: datetime | None = None  # the trace's start
+    score_time: datetime | None = None  # the timestamp its scores carry
+    environment: str = "default"
+    signature: str | None = None
 
 
 @dataclass
@@ -82,6 +101,9 @@ class RunResult:
     input_price: float = 0.0
     output_price: float = 0.0
     shard: Shard = field(default_factory=Shard)
+    #: signatures and the trend over the previous nights; None when the history could not be read
+    worklist: Worklist | None = None
+    signatures_written: int = 0
 
     @property
     def layer_counts(self) -> Counter[str]:

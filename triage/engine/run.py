@@ -12,16 +12,29 @@ import logging
 import time
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from datetime import timedelta
 
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import RunResult
-from triage.domain.ports import Backend, Judge, ScoreSink, Searcher, SourceStats, TraceSource, VoteSource
+from triage.domain.ports import (
+    Backend,
+    Judge,
+    ScoreReader,
+    ScoreSink,
+    Searcher,
+    SourceStats,
+    TraceSource,
+    VoteSource,
+)
+from triage.domain.records import WriteOutcome
 from triage.engine.ledger import Ledger
 from triage.engine.lifecycle import open_searcher, stop_on_sigterm
 from triage.engine.options import RunOptions, window
 from triage.engine.sessions import votes_by_trace
 from triage.engine.stream import Stream
 from triage.engine.verdicts import VerdictMaker
+from triage.engine.worklist import build_worklist, signature_scores
+from triage.errors import SourceError
 from triage.judges.heuristic import HeuristicJudge
 from triage.retry import Budget
 from triage.search.local import Researcher
@@ -40,11 +53,13 @@ class Sources:
     traces: TraceSource
     scores: ScoreSink
     stats: SourceStats
+    #: the scores of earlier nights (signatures, trends); None: no worklist
+    history: ScoreReader | None = None
 
     @classmethod
     def of(cls, backend: Backend) -> Sources:
-        """All three from one system (Langfuse, or the embedded store)."""
-        return cls(votes=backend, traces=backend, scores=backend, stats=backend.stats)
+        """All of them from one system (Langfuse, or the embedded store)."""
+        return cls(votes=backend, traces=backend, scores=backend, stats=backend.stats, history=backend)
 
 
 async def run_feedback(
@@ -156,10 +171,40 @@ async def _run(
             )
             await stream.run(by_trace, trace_ids)
             result.search_calls = researcher.calls if researcher else 0
+    if sources.history is not None and not stop.is_set():
+        await _worklist(sources, result, config, options)
     result.usage = judge.usage
     result.requests = sources.stats.requests
     result.elapsed = time.monotonic() - started
     return result
+
+
+async def _worklist(sources: Sources, result: RunResult, config: TriageConfig, options: RunOptions) -> None:
+    """Signatures and the trend; a failure here costs the worklist, never the run's verdicts."""
+    assert sources.history is not None
+    try:
+        length = timedelta(hours=options.since_hours)
+        result.worklist = await asyncio.to_thread(
+            build_worklist, sources.history, result.entries, result, config, length
+        )
+    except SourceError as ex:
+        log.warning("no worklist tonight: the earlier nights' scores could not be read: %s", ex,
+                    extra={"event": "worklist_unavailable"})  # fmt: skip
+        return
+    if not options.write:
+        return
+    writes = signature_scores(result.entries, result.worklist, config)
+    if not writes:
+        return
+    try:
+        outcome = await asyncio.to_thread(sources.scores.write_scores, writes)
+    except SourceError as ex:
+        outcome = WriteOutcome(failed={w.id: str(ex) for w in writes})
+    result.signatures_written = len(outcome.confirmed)
+    if outcome.failed:
+        # the verdicts stand; tomorrow's run reads tonight's signatures only where they landed
+        log.warning("%d signature scores not confirmed (a rerun writes them): %s", len(outcome.failed),
+                    next(iter(outcome.failed.values())), extra={"event": "signatures_not_written"})  # fmt: skip
 
 
 async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: TriageConfig) -> set[str]:

@@ -7,7 +7,7 @@ import logging
 from typing import IO
 
 from triage.domain.config import TriageConfig
-from triage.domain.outcome import Entry, shorten
+from triage.domain.outcome import Entry, Findings, shorten
 from triage.domain.ownership import choose_component, owners
 from triage.domain.ports import Judge
 from triage.domain.records import Evidence, Facts, Passage, ScoreWrite, Trace, Verdict, Vote, bounded
@@ -27,6 +27,36 @@ def empty_answer_facts(facts: Facts) -> Facts:
     note = Evidence(confidence="high", note="the answer is empty")
     evidence = {**facts.evidence, "answer_grounded": note, "answer_declined": note}
     return facts.model_copy(update={"answer_grounded": False, "answer_declined": False, "evidence": evidence})
+
+
+QUERY_CHARS = 200
+MAX_QUERIES = 5
+QUOTE_CHARS = 240
+MAX_CLAIMS = 5
+
+
+def findings(trace: Trace, facts: Facts, *, searched_again: bool, collections: list[str]) -> Findings:
+    """The evidence an owner needs to act, cut short (the whole trace is one click away)."""
+    queries = []
+    for call in trace.tool_calls:
+        if not call.is_search:
+            continue
+        query = call.args.get("query")
+        if isinstance(query, str) and query.strip():
+            queries.append(shorten(query, QUERY_CHARS))
+    quote = None
+    for name in ("retrieved_has_answer", "index_has_answer"):
+        held = facts.evidence.get(name)
+        if held is not None and held.quotes and getattr(facts, name):
+            quote = shorten(held.quotes[0], QUOTE_CHARS)
+            break
+    return Findings(
+        agent_queries=tuple(dict.fromkeys(queries))[:MAX_QUERIES],
+        answer_url=facts.answer_sources[0] if facts.answer_sources else None,
+        answer_quote=quote,
+        unsupported=tuple(shorten(c, QUERY_CHARS) for c in facts.unsupported_claims[:MAX_CLAIMS]),
+        searched_again=tuple(collections) if searched_again else (),
+    )
 
 
 class VerdictMaker:
@@ -124,6 +154,7 @@ class VerdictMaker:
                 write_facts_line(trace.id, facts, judge=verdict.judge, prompt_version=verdict.prompt_version)
                 + "\n"
             )
+        scores = self.scores_for(verdict, trace, votes)
         entry = Entry(
             trace_id=trace.id,
             layer=layer,
@@ -134,8 +165,12 @@ class VerdictMaker:
             comments=comments(votes),
             url=trace.url,
             injection_suspected=facts.injection_suspected,
+            findings=findings(trace, facts, searched_again=research is not None, collections=self.config.collections),
+            start=trace.start_time,
+            score_time=scores[0].timestamp,
+            environment=trace.environment,
         )
-        return entry, self.scores_for(verdict, trace, votes)
+        return entry, scores
 
     def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote]) -> list[ScoreWrite]:
         names = self.config.scores

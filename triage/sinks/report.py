@@ -9,6 +9,7 @@ from collections import defaultdict
 
 from triage.domain.outcome import Entry, RunResult
 from triage.domain.records import Layer
+from triage.domain.signatures import NIGHTS
 from triage.sinks.markdown import templates
 from triage.sinks.summary import summary_lines
 
@@ -26,16 +27,40 @@ def _grouped(entries: list[Entry]) -> dict[str, dict[str, list[Entry]]]:
     }
 
 
+def by_signature(entries: list[Entry]) -> list[tuple[str, list[Entry]]]:
+    """Entries as signature items, in the order their first member comes (no signature: its own item)."""
+    items: dict[str, list[Entry]] = {}
+    for entry in entries:
+        items.setdefault(entry.signature or f"trace:{entry.trace_id}", []).append(entry)
+    return list(items.items())
+
+
+def chart_label(text: object) -> str:
+    """A Mermaid string: no quote, bracket or newline can end it early (owners are configuration)."""
+    return " ".join(str(text).replace('"', "'").replace("[", "(").replace("]", ")").split())[:40]
+
+
+templates.filters["chart"] = chart_label
+
+
 def render_report(result: RunResult) -> str:
     groups = _grouped(result.entries)
     layers = [layer.value for layer in Layer if result.layer_counts.get(layer.value)]
+    worklist = result.worklist
     return templates.get_template("report.md.j2").render(
         result=result,
-        groups=groups,
+        groups={
+            owner: {layer: by_signature(items) for layer, items in by_layer.items()}
+            for owner, by_layer in groups.items()
+        },
         layers=layers,
+        all_layers=[layer.value for layer in Layer],
         totals={
             owner: {layer: len(items) for layer, items in by_layer.items()}
             for owner, by_layer in groups.items()
         },
+        worklist=worklist,
+        sigs={sig.id: sig for sig in worklist.signatures} if worklist else {},
+        nights=NIGHTS + 1,
         summary=summary_lines(result),  # our own text: not escaped
     )

@@ -1,0 +1,207 @@
+"""Failure signatures: recurring failures as one item, with an id that stays the same night after night.
+
+A signature is a layer, a component and a question topic. Two failures share one when their
+layer and component agree and their questions' content words overlap enough (`similar`). Ids are
+never handed out in arrival order (a concurrent run has none): a signature seen before keeps the
+id stored with its members' scores, and a new one takes an id made from its first member's
+content (`signature_id`), so the same question founds the same id even after its history
+expired. Tonight's failures are taken in a fixed order (trace start, then id), so a rerun of
+the same night assigns the same ids.
+
+Nights are windows of the run's own length counted back from its end: night 0 is tonight.
+Statuses, over tonight and the 7 nights before it:
+
+- `new`: first seen tonight;
+- `recurring`: seen tonight and the night before;
+- `regressed`: seen tonight, not the night before, but on an earlier night (it came back);
+- `resolved`: seen in the previous 7 nights, not tonight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+NIGHTS = 7  # the nights before tonight a trend looks at
+#: share of the smaller question's content words the other must hold to be the same failure;
+#: chosen on the evaluation set's paraphrases (see evals/kubeflow/README.md, "Signatures")
+SIMILARITY = 0.5
+MAX_TERMS = 24  # a signature keeps its founder's most distinctive words, no more
+
+Status = Literal["new", "recurring", "regressed", "resolved"]
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*[A-Za-z0-9]|[A-Za-z]{3,}")
+_STOP = frozenset(
+    """about above after again all also and any are because been before being below between both but can cannot
+    could did does doing done down during each even every few for from further get gets getting got had has have
+    having here how however into its itself just let like make makes many may might more most much must need
+    needs not now off once only other our out over own per please really same see set should show some still such
+    than that the their them then there these they this those through too try trying under until upon use used
+    using very want wants was way well were what when where whether which while who whom why will with within
+    without would yes yet you your yours thing things something anything work works working able help know tell
+    doesn don isn wasn won instead""".split()
+)
+
+
+def _stem(word: str) -> str:
+    """A light suffix strip so `trials`/`trial` and `configuring`/`configure` meet."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: -len(suffix)]
+    return word
+
+
+def question_terms(text: str) -> frozenset[str]:
+    """The content words of a question, lowercased and lightly stemmed."""
+    words = (w.lower().strip(".-_") for w in _WORD.findall(text))
+    return frozenset(_stem(w) for w in words if len(w) >= 3 and w not in _STOP)
+
+
+def similar(a: frozenset[str], b: frozenset[str], threshold: float = SIMILARITY) -> bool:
+    return overlap(a, b) >= threshold
+
+
+def overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    """Shared words over the smaller set's size (0 when either is empty)."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
+def signature_id(layer: str, component: str, terms: Iterable[str]) -> str:
+    """An id from content alone: the same founding question gives the same id on any night."""
+    key = "\x1f".join([layer, component, *sorted(terms)])
+    return "sig-" + hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One triaged failure, as signatures see it."""
+
+    trace_id: str
+    layer: str
+    component: str
+    question: str
+    start: datetime | None = None
+
+    @property
+    def terms(self) -> frozenset[str]:
+        return question_terms(self.question)
+
+
+@dataclass
+class Signature:
+    id: str
+    layer: str
+    component: str
+    terms: frozenset[str]
+    title: str
+    #: night number (0 = tonight) -> trace ids
+    nights: dict[int, set[str]] = field(default_factory=dict)
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+
+    @property
+    def tonight(self) -> set[str]:
+        return self.nights.get(0, set())
+
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for ids in self.nights.values())
+
+    @property
+    def status(self) -> Status:
+        earlier = [n for n, ids in self.nights.items() if n > 0 and ids]
+        if not self.tonight:
+            return "resolved"
+        if not earlier:
+            return "new"
+        return "recurring" if 1 in earlier else "regressed"
+
+    def add(self, night: int, trace_id: str, seen: datetime | None) -> None:
+        self.nights.setdefault(night, set()).add(trace_id)
+        if seen is not None:
+            self.first_seen = seen if self.first_seen is None or seen < self.first_seen else self.first_seen
+            self.last_seen = seen if self.last_seen is None or seen > self.last_seen else self.last_seen
+
+
+def _founder_terms(terms: frozenset[str]) -> frozenset[str]:
+    # longest (most specific) words first, then alphabetical: a bounded, deterministic choice
+    return frozenset(sorted(terms, key=lambda w: (-len(w), w))[:MAX_TERMS])
+
+
+def assign(
+    members: Sequence[Member], known: Sequence[Signature], threshold: float = SIMILARITY
+) -> dict[str, Signature]:
+    """Each member's signature (trace id -> signature), known ones extended, new ones founded.
+
+    A trace already a member of a known signature keeps it (a rerun changes nothing)."""
+    by_id = {sig.id: sig for sig in known}
+    pools: dict[tuple[str, str], list[Signature]] = {}
+    for sig in known:
+        pools.setdefault((sig.layer, sig.component), []).append(sig)
+    held = {trace_id: sig for sig in known for ids in sig.nights.values() for trace_id in ids}
+    out: dict[str, Signature] = {}
+    for member in sorted(members, key=lambda m: (m.start is None, m.start or datetime.min, m.trace_id)):
+        if member.trace_id in held:
+            sig = held[member.trace_id]
+            sig.add(0, member.trace_id, member.start)
+            out[member.trace_id] = sig
+            continue
+        terms = member.terms
+        pool = pools.setdefault((member.layer, member.component), [])
+        scored = [(overlap(terms, sig.terms), sig.id, sig) for sig in pool]
+        best = max((s for s in scored if s[0] >= threshold), key=lambda s: (s[0], s[1]), default=None)
+        if best is not None:
+            sig = best[2]
+        else:
+            founder = _founder_terms(terms)
+            sid = signature_id(member.layer, member.component, founder)
+            sig = by_id.get(sid) or Signature(
+                id=sid, layer=member.layer, component=member.component, terms=founder, title=member.question
+            )
+            if sid not in by_id:
+                by_id[sid] = sig
+                pool.append(sig)
+        sig.add(0, member.trace_id, member.start)
+        out[member.trace_id] = sig
+    return out
+
+
+@dataclass
+class Night:
+    """One night's failures: counts per layer and per owner (night 0 is tonight)."""
+
+    number: int
+    start: datetime
+    end: datetime
+    layers: dict[str, int] = field(default_factory=dict)
+    owners: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.layers.values())
+
+    def count(self, layer: str, owners: Iterable[str]) -> None:
+        self.layers[layer] = self.layers.get(layer, 0) + 1
+        for owner in owners:
+            self.owners[owner] = self.owners.get(owner, 0) + 1
+
+
+@dataclass
+class Worklist:
+    """Tonight's signatures with their status, the ones resolved, and the nights' counts."""
+
+    signatures: list[Signature]  # seen tonight: most members tonight first
+    resolved: list[Signature]
+    nights: list[Night]  # tonight first, then the previous nights
+
+    def status_counts(self) -> dict[str, int]:
+        counts = {"new": 0, "recurring": 0, "regressed": 0, "resolved": len(self.resolved)}
+        for sig in self.signatures:
+            counts[sig.status] += 1
+        return counts

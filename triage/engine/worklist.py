@@ -1,0 +1,115 @@
+"""After the traces: signatures and the trend, read from the scores already stored, written back.
+
+The history is the `triage_signature` scores of tonight and the 7 nights before (each carries its
+layer, component and owners in metadata), so there is no state besides the scores: Langfuse or
+the embedded store answers for every night, and another tool can read the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from triage.domain.config import TriageConfig
+from triage.domain.outcome import Entry, RunResult
+from triage.domain.ports import ScoreReader
+from triage.domain.records import ScoreWrite, StoredScore
+from triage.domain.scores import score_id
+from triage.domain.signatures import NIGHTS, Member, Night, Signature, Worklist, assign
+
+log = logging.getLogger("triage")
+
+TITLE_CHARS = 120
+
+
+def night_of(stamp: datetime, end: datetime, length: timedelta) -> int:
+    """0 for tonight's window (end - length, end], 1 for the one before, ..."""
+    return max(0, int((end - stamp) / length))
+
+
+def known_signatures(
+    rows: Sequence[StoredScore], end: datetime, length: timedelta, config: TriageConfig
+) -> tuple[list[Signature], list[Night]]:
+    """The signatures and night counts the stored signature scores describe."""
+    nights = [Night(n, end - length * (n + 1), end - length * n) for n in range(NIGHTS + 1)]
+    sigs: dict[str, Signature] = {}
+    for row in sorted(rows, key=lambda r: (r.timestamp, r.id)):
+        meta = row.metadata if isinstance(row.metadata, dict) else {}
+        ours = str(meta.get("rule_version")) == config.rule_version
+        if row.trace_id is None or not isinstance(row.value, str) or not ours:
+            continue
+        night = night_of(row.timestamp, end, length)
+        if night > NIGHTS:
+            continue
+        layer, component = str(meta.get("layer", "")), str(meta.get("component", ""))
+        sig = sigs.get(row.value)
+        if sig is None:
+            terms = meta.get("terms")
+            sig = sigs[row.value] = Signature(
+                id=row.value,
+                layer=layer,
+                component=component,
+                terms=frozenset(str(t) for t in terms) if isinstance(terms, list) else frozenset(),
+                title=str(meta.get("title", "")),
+            )
+        sig.add(night, row.trace_id, row.timestamp)
+        owners = meta.get("owners")
+        nights[night].count(layer, [str(o) for o in owners] if isinstance(owners, list) else [])
+    return list(sigs.values()), nights
+
+
+def build_worklist(
+    history: ScoreReader, entries: Sequence[Entry], result: RunResult, config: TriageConfig, length: timedelta
+) -> Worklist:
+    """Assign tonight's entries to signatures (known ones first) and count the nights.
+
+    A night is `length` long (the run's `--since-hours`, without the overlap), counted back from
+    the window's end; this run's own entries count as tonight wherever their trace started."""
+    rows = history.scores([config.scores.signature], result.end - length * (NIGHTS + 1), result.end + length)
+    known, nights = known_signatures(rows, result.end, length, config)
+    already = {trace_id for sig in known for trace_id in sig.tonight}
+    members = [
+        Member(e.trace_id, e.layer.value, e.component, e.question, e.start) for e in entries
+    ]
+    chosen = assign(members, known)
+    for entry in entries:
+        sig = chosen[entry.trace_id]
+        entry.signature = sig.id
+        if entry.trace_id not in already:
+            nights[0].count(entry.layer.value, entry.owners)
+    seen = {sig.id: sig for sig in [*known, *chosen.values()]}
+    tonight = sorted((s for s in seen.values() if s.tonight), key=lambda s: (-len(s.tonight), s.id))
+    resolved = sorted((s for s in seen.values() if not s.tonight), key=lambda s: (-s.count, s.id))
+    return Worklist(signatures=tonight, resolved=resolved, nights=nights)
+
+
+def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: TriageConfig) -> list[ScoreWrite]:
+    """One `triage_signature` score per entry, with what later nights need to read it back."""
+    by_id = {sig.id: sig for sig in worklist.signatures}
+    name = config.scores.signature
+    out = []
+    for entry in entries:
+        if entry.signature is None or entry.score_time is None or not entry.written:
+            continue  # a verdict not written has no signature score either: a rerun writes both
+        sig = by_id[entry.signature]
+        out.append(
+            ScoreWrite(
+                id=score_id(entry.trace_id, name, config.rule_version),
+                trace_id=entry.trace_id,
+                name=name,
+                value=sig.id,
+                comment=f"{sig.layer} / {sig.component}",
+                metadata={
+                    "layer": entry.layer.value,
+                    "component": entry.component,
+                    "owners": entry.owners,
+                    "terms": sorted(sig.terms),
+                    "title": sig.title[:TITLE_CHARS],
+                    "rule_version": config.rule_version,
+                },
+                timestamp=entry.score_time,
+                environment=entry.environment,
+            )
+        )
+    return out
