@@ -163,6 +163,8 @@ def test_a_keyword_tie_goes_to_the_component_listed_first() -> None:
         ("Does the Kubeflow SDK have an OptimizerClient?", "sdk"),
         ("How do I run a pipeline built in the Elyra visual pipeline editor?", "elyra"),
         ("Where do I define a feature view in Feast?", "feast"),
+        ("How can I use Feast with Kubeflow Pipelines?", "feast"),  # a tie: the narrower one is first
+        ("How do I fine-tune an LLM with Kubeflow?", "trainer"),
         ("Does OGX, formerly Llama Stack, serve the Responses API?", "ogx"),
         ("How do I install the Model Registry Python client in a notebook?", "hub"),
         ("As which user must a custom notebook image run?", "notebooks"),
