@@ -5,7 +5,10 @@
 Loads the set's traces into a fresh embedded store (votes moved to an hour ago), indexes the
 corpus (docs + Katib examples) and the set's own issue threads, runs `triage feedback` with the
 judge named (the default: the offline heuristic) and with the true facts replayed, and prints
-layer accuracy per split and per layer, per-fact accuracy on searched cases, and the misses.
+layer accuracy per split and per layer, per-fact accuracy on searched cases, and the misses; then
+component and owner accuracy (the `triage_component` score written, and its `owners`, against the
+labelled component and the owners `triage.domain.ownership.owners` gives the labelled layer and
+component), with the component misses and which source decided them (`component_from`).
 A measurement, not `triage eval` (the calibration issue): no kappa, no model judges yet.
 """
 
@@ -41,7 +44,7 @@ def _verifier() -> ModuleType:
 def _run(judge: str, store: Path, config: Path, facts: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGFUSE_", "OPENAI_", "TRIAGE_"))}
     env["TRIAGE_STORE"] = str(store)
-    command = [sys.executable, "-m", "triage", "feedback", "--since-hours", "48", "--force"]
+    command = [sys.executable, "-m", "triage", "feedback", "--since-hours", "48", "--force", "--write"]
     command += ["--config", str(config), "--judge", judge, "--facts-file", str(facts)]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
 
@@ -109,8 +112,46 @@ def main() -> int:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1
             results[name] = _layers(facts_file) if facts_file.exists() else {}
+            with Store(store) as db:
+                for row in db.scores_named("triage_component"):
+                    found = results[name].setdefault(row["traceId"].removeprefix("eval-"), {})
+                    metadata = json.loads(row["metadata"] or "{}")
+                    found["component"] = row["stringValue"]
+                    found["owners"] = metadata.get("owners")
+                    found["component_from"] = metadata.get("component_from")
     _print(cases, results)
+    _print_components(cases, results)
     return 0
+
+
+def _print_components(cases: list[dict[str, Any]], results: dict[str, dict[str, dict[str, Any]]]) -> None:
+    from triage.config import load_config
+    from triage.domain.ownership import owners
+    from triage.domain.records import Layer
+
+    config = load_config()
+    print("\n| judge | split | cases | component right | accuracy | owners right | accuracy |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, found in results.items():
+        for split in ("dev", "test", "all"):
+            chosen = [c for c in cases if split == "all" or c["split"] == split]
+            comp = sum(found.get(c["id"], {}).get("component") == c["component"] for c in chosen)
+            own = sum(
+                found.get(c["id"], {}).get("owners") == owners(Layer(c["layer"]), c["component"], config)
+                for c in chosen
+            )
+            n = len(chosen)
+            print(f"| {name} | {split} | {n} | {comp} | {comp / n:.2f} | {own} | {own / n:.2f} |")
+    for name, found in results.items():
+        misses = [c for c in cases if found.get(c["id"], {}).get("component") != c["component"]]
+        print(
+            f"\n{name}, component misses (case: true -> found, decided by): "
+            + ", ".join(
+                f"{c['id']}: {c['component']} -> {found.get(c['id'], {}).get('component', 'not triaged')}"
+                f" ({found.get(c['id'], {}).get('component_from')})"
+                for c in misses
+            )
+        )
 
 
 def _print(cases: list[dict[str, Any]], results: dict[str, dict[str, dict[str, Any]]]) -> None:

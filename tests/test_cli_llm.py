@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +14,7 @@ from tests.doubles.clock import VirtualClock
 from tests.doubles.openai_server import OpenAIServer, keyword_responder
 from triage.cli import cli
 from triage.compose import DEMO_DIR, demo_shift
+from triage.config import load_config
 from triage.sources.store import Store
 
 SECRET = "sk-test-0123456789abcdef"
@@ -82,3 +84,36 @@ def test_judge_down_degrades_the_run(demo_store: Path, virtual_time: VirtualCloc
     assert "### agent_skipped_retrieval (4)" in result.stdout
     assert "judge unavailable" in result.stdout
     assert virtual_time.sleeps  # the judge retried, with its back-off, before giving up
+
+
+def test_a_component_outside_the_catalogue_leaves_every_layer_decided(demo_store: Path) -> None:
+    """A model that names a component the catalogue lacks: no reply is rejected, every trace is
+    triaged, and the component comes from the sources, keywords or the default instead."""
+
+    def unknown_component(body: dict[str, Any]) -> dict[str, Any]:
+        reply = keyword_responder(body)
+        if "component" in reply:
+            reply["component"] = {"reasoning": "scripted", "name": "not-a-component"}
+        return reply
+
+    with OpenAIServer(responder=unknown_component) as server:
+        env = {
+            "TRIAGE_STORE": str(demo_store),
+            "OPENAI_BASE_URL": f"{server.url}/v1",
+            "OPENAI_API_KEY": SECRET,
+            "TRIAGE_JUDGE_MODEL": "judge-model-1",
+        }
+        result = CliRunner().invoke(
+            cli, ["feedback", "--report", "--write", "--judge", "llm"], env=env, catch_exceptions=False
+        )
+        containment_calls = len(server.of_kind("containment"))
+    assert result.exit_code == 0, result.stderr
+    assert "29 thumbs-down: 29 triaged, 0 not triaged" in result.stdout
+    with Store(demo_store) as store:
+        components = store.scores_named("triage_component")
+    decided_by = {json.loads(r["metadata"])["component_from"] for r in components}
+    assert len(components) == 29 and "judge" not in decided_by
+    assert {r["stringValue"] for r in components} <= set(load_config().components)
+    # one containment call per searched trace: none was retried for the component
+    searched = sum(json.loads(r["metadata"])["judge"] != "heuristic" for r in components)
+    assert containment_calls == searched

@@ -13,7 +13,8 @@ import pytest
 
 from tests.doubles.openai_server import OpenAIServer, Recorded, Reply, call_kind, data_blocks
 from triage.config import load_config
-from triage.domain.records import Facts, Passage, ToolCall, Trace
+from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace
+from triage.domain.rule import decide
 from triage.errors import ConfigError, JudgeError, JudgeRejected
 from triage.judges import guard, prompts
 from triage.judges.llm.judge import LLMJudge
@@ -398,6 +399,33 @@ async def test_component_picked_by_model_when_sources_name_none(
     assert facts.evidence["component"].note.startswith("picked by the model")
     assert facts.answer_declined is True and facts.answer_grounded is True
     assert facts.evidence["answer_declined"].quotes == ["I couldn't find that in the docs."]
+
+
+@pytest.mark.anyio
+async def test_a_component_outside_the_catalogue_is_discarded_and_the_layer_facts_stand(
+    server: OpenAIServer, client: openai.AsyncOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sound containment reply naming an unknown component is not retried nor rejected: the
+    pick is dropped (logged, noted in the evidence) and the containment facts are kept."""
+    no = {"reasoning": "nothing about compiling", "verdict": "no_answer", "confidence": "high", "evidence": []}
+    reply = containment_reply(retrieved=no, component="kfp-magic")
+    del reply["research"]  # the re-search found nothing: only the agent's set is asked
+    server.enqueue(reply, kind="containment")
+    trace = make_trace(
+        question="How do I compile a pipeline?",
+        answer="I couldn't find that in the docs.",
+        passages=[Passage(id="R1", collection="docs", text="Nothing relevant here at all.")],
+    )
+    with caplog.at_level("INFO", logger="triage.judges.llm"):
+        facts = await run(make_judge(client), trace, res=[])
+    assert len(server.of_kind("containment")) == 1  # no second try
+    assert facts.component is None
+    assert "not in the catalogue" in (facts.evidence["component"].note or "")
+    assert (facts.retrieved_has_answer, facts.index_has_answer) == (False, False)
+    assert (facts.answer_grounded, facts.answer_declined) == (True, True)
+    assert decide(facts) is Layer.CONTENT_GAP_HANDLED  # the layer is decided
+    [note] = [r for r in caplog.records if getattr(r, "event", None) == "component_discarded"]
+    assert "kfp-magic" in note.getMessage() and "t1" in note.getMessage()
 
 
 @pytest.mark.anyio

@@ -26,16 +26,30 @@ def component_from_sources(urls: Iterable[str | None], config: TriageConfig) -> 
 
 
 def component_from_text(text: str, config: TriageConfig) -> str | None:
-    """The component whose keywords occur most often in `text` (whole words, case-insensitive)."""
+    """The component whose keywords weigh most in `text` (whole words, case-insensitive).
+
+    Each occurrence weighs as many words as its keyword has, so a specific phrase ("model
+    registry", "pipeline editor") outweighs a broad word ("notebook", "pipeline"); a word of the
+    text counts once, for the longest keyword that covers it ("pipeline" inside "pipeline editor"
+    is not a second hit). A tie goes to the component listed first."""
     lowered = text.lower()
-    best, best_hits = None, 0
+    hits: list[tuple[int, int, int, str]] = []  # (-words, start, end, component)
     for name, component in config.components.items():
-        hits = sum(
-            len(re.findall(rf"(?<![\w-]){re.escape(keyword.lower())}(?![\w-])", lowered))
-            for keyword in component.keywords
-        )
-        if hits > best_hits:
-            best, best_hits = name, hits
+        for keyword in component.keywords:
+            words = len(keyword.split())
+            for found in re.finditer(rf"(?<![\w-]){re.escape(keyword.lower())}(?![\w-])", lowered):
+                hits.append((-words, found.start(), found.end(), name))
+    taken: list[tuple[int, int]] = []
+    weights: dict[str, int] = {}
+    for neg_words, start, end, name in sorted(hits):
+        if any(start < t_end and t_start < end for t_start, t_end in taken):
+            continue
+        taken.append((start, end))
+        weights[name] = weights.get(name, 0) - neg_words
+    best, best_weight = None, 0
+    for name in config.components:
+        if weights.get(name, 0) > best_weight:
+            best, best_weight = name, weights[name]
     return best
 
 

@@ -1,22 +1,24 @@
 """Checks in code after every reply: cited ids exist in the right set, quotes are exact substrings
-of the block they cite, `contains_answer` carries a quote, the component is in the catalogue.
+of the block they cite, `contains_answer` carries a quote.
 
 Each check returns the problems found (ids and check names only, never quoted text): an empty
 list accepts the reply; otherwise the model is told them and asked once more.
+
+The component the model picks is not checked here: a name outside the catalogue is no reason to
+retry or reject a reply whose containment verdicts are sound. `facts.FactMaker` discards such a
+pick (the engine then decides the component by keywords or the default) and the judge logs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from triage.judges.llm.blocks import Block, PassageSet
 from triage.judges.llm.quotes import quote_found, safe_id
 from triage.judges.llm.replies import ContainmentReply, GroundingReply, SetVerdict
 
 
-def containment_problems(
-    reply: ContainmentReply, asked: Sequence[PassageSet], components: Collection[str]
-) -> list[str]:
+def containment_problems(reply: ContainmentReply, asked: Sequence[PassageSet]) -> list[str]:
     problems: list[str] = []
     for s in asked:
         verdict: SetVerdict | None = getattr(reply, s.key)
@@ -36,8 +38,6 @@ def containment_problems(
                 )
             elif not any(quote_found(item.quote, t) for t in block.texts):
                 problems.append(f'"{s.key}" evidence {n}: the quote is not an exact substring of {block.id}')
-    if reply.component.name not in components:
-        problems.append("the component name is not in the catalogue")
     return problems
 
 

@@ -126,8 +126,15 @@ class FactMaker:
             evidence["component"] = Evidence(confidence="high", note="from the source URL of the passages")
         else:
             pick = containment.component
-            component = pick.name if pick.name in self.components else None
-            evidence["component"] = Evidence(note=f"picked by the model: {pick.reasoning}"[:500])
+            if pick.name in self.components:
+                component = pick.name
+                evidence["component"] = Evidence(note=f"picked by the model: {pick.reasoning}"[:500])
+            else:  # discarded, not a reason to reject the reply: keywords or the default decide
+                component = None
+                evidence["component"] = Evidence(
+                    confidence="low",
+                    note=f"the model's pick {pick.name[:60]!r} is not in the catalogue; discarded",
+                )
         return {
             "retrieved_has_answer": retrieved,
             "index_has_answer": in_index,

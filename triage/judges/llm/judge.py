@@ -19,11 +19,14 @@ never asked. The layer is never asked either: `rule.decide` maps the facts.
 The parts: `replies` (reply models and the schemas made from them), `blocks` (what the model may
 cite), `checks` (verification in code: a reply that fails gets one more try, told which checks
 failed, then `JudgeRejected`), `facts` (replies to facts), `transport` (requests and retries).
+A component picked outside the catalogue fails no check: the pick is discarded with a logged note
+and the layer facts of the reply stand.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -58,6 +61,8 @@ TEMPLATES = (
 )
 
 T = TypeVar("T", bound=BaseModel)
+
+log = logging.getLogger("triage.judges.llm")
 
 
 class LLMJudge:
@@ -162,6 +167,14 @@ class LLMJudge:
             raise _first_error(group_error) from None
         containment, r_set, s_set = task_a.result()
         grounded_reply = task_b.result() if task_b else None
+        if containment.component.name not in self.components:
+            # not a reason to reject the reply: the pick is discarded, the layer facts stand
+            log.info(
+                "trace %s: the model picked component %r, which is not in the catalogue; discarded",
+                trace.id,
+                containment.component.name[:60],
+                extra={"event": "component_discarded"},
+            )
         return self.facts.facts(base, containment, r_set, s_set, grounded_reply, findings)
 
     # -- call A ---------------------------------------------------------------------------------
@@ -199,7 +212,7 @@ class LLMJudge:
             user,
             schema,
             ContainmentReply,
-            lambda r: containment_problems(r, asked, self.components),
+            lambda r: containment_problems(r, asked),
             usage,
             trace.id,
         )
