@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from triage.domain.outcome import Entry, RunResult, Skipped
+from triage.domain.outcome import Entry, Findings, RunResult, Skipped
 from triage.domain.records import Layer, Undecided
+from triage.domain.signatures import Night, Signature, Worklist
 from triage.sinks.markdown import md
 from triage.sinks.report import render_report
 
@@ -58,7 +59,7 @@ def test_hostile_comment_is_escaped_and_changes_no_structure() -> None:
     assert "http://evil" not in hostile  # not even as a bare autolink
     # the whole comment stays on its own single bullet line
     [line] = [ln for ln in hostile.splitlines() if "user said" in ln]
-    assert line.startswith("    - user said: # Heading \\| col \\| col \\|")
+    assert line.startswith("    - user said: \\# Heading \\| col \\| col \\|")
 
 
 def test_md_escapes_every_markdown_control_character() -> None:
@@ -105,3 +106,57 @@ def test_grouped_by_owner_then_layer_with_totals() -> None:
     assert "| kubeflow/katib | 0 | 0 | 1 | 1 | 2 |" in text
     assert "- unavailable: judge unavailable: 503" in text
     assert "([open](https://lf.example/project/p/traces/a))" in text
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    from markdown_it import MarkdownIt
+
+    parser = MarkdownIt("commonmark").enable("table")
+    out = []
+    for token in parser.parse(text):
+        out.append((token.type, token.info if token.type == "fence" else ""))
+        for child in token.children or []:
+            out.append((child.type, child.attrs.get("href", "") if child.type == "link_open" else ""))
+    return out
+
+
+def _worklist_result(comment: str, question: str, findings: Findings) -> RunResult:
+    entries = [
+        Entry(
+            trace_id=f"t{i}", layer=layer, component="katib", owners=["kubeflow/katib"], reason="Because.",
+            question=question, comments=[comment], url=f"https://lf.example/project/p/traces/t{i}",
+            findings=findings, signature=f"sig-{i % 2}",
+        )
+        for i, layer in enumerate([Layer.RETRIEVAL, Layer.RETRIEVAL, Layer.CONTENT_GAP_HALLUCINATION])
+    ]  # fmt: skip
+    sigs = [
+        Signature(id=f"sig-{n}", layer=e.layer.value, component="katib", terms=frozenset(), title=question,
+                  nights={0: {e.trace_id}, 1: {"older"}})
+        for n, e in enumerate(entries[:2])
+    ]  # fmt: skip
+    result = result_with(entries)
+    nights = [Night(n, result.end - timedelta(days=n + 1), result.end - timedelta(days=n)) for n in range(8)]
+    resolved = Signature(
+        id="sig-old", layer="ok", component="katib", terms=frozenset(), title=question, nights={3: {"x"}}
+    )
+    result.worklist = Worklist(signatures=sigs, resolved=[resolved], nights=nights)
+    return result
+
+
+def test_the_report_parses_as_intended_and_hostile_text_changes_no_token() -> None:
+    benign = Findings(agent_queries=("katib trials",), answer_url="https://docs.example/katib", answer_quote="a quote",
+                      unsupported=("a claim",))  # fmt: skip
+    plain = render_report(_worklist_result("meh", "How?", benign))
+    tokens = _tokens(plain)
+    headings = [t for t in tokens if t[0] == "heading_open"]
+    assert len(headings) == 1 + 1 + 1 + 1 + 2 + 1 + 1  # title, totals, trend, owner, 2 layers, resolved, summary
+    assert [info for kind, info in tokens if kind == "fence"] == ["mermaid", "mermaid"]
+    assert sum(kind == "table_open" for kind, _ in tokens) == 2  # totals and the nights, beside the charts
+    links = [href for kind, href in tokens if kind == "link_open"]
+    assert links and all(href.startswith("https://lf.example/project/p/traces/") for href in links)
+    assert not [t for t in tokens if t[0] in ("html_inline", "html_block", "image")]
+
+    evil = Findings(agent_queries=(HOSTILE,), answer_url="javascript:alert(1) [x](http://evil)", answer_quote=HOSTILE,
+                    unsupported=(HOSTILE,))  # fmt: skip
+    hostile = render_report(_worklist_result(HOSTILE, HOSTILE, evil))
+    assert _tokens(hostile) == tokens  # the same document, token for token: no heading, link or HTML added

@@ -20,6 +20,7 @@ from triage.domain.outcome import RunResult, Shard
 from triage.errors import ConfigError, ExitCode, TriageError
 from triage.redact import redact
 from triage.settings import Settings
+from triage.sinks.issues import DEFAULT_MIN_SIZE, write_issue_drafts
 from triage.sinks.report import render_report
 from triage.sinks.summary import summary_lines, summary_record
 
@@ -114,10 +115,20 @@ def writable_file(path: Path | None, option: str) -> Path | None:
     return path
 
 
-def finish(result: RunResult, report: bool, report_file: Path | None, summary_file: Path | None = None) -> None:
+def finish(
+    result: RunResult,
+    report: bool,
+    report_file: Path | None,
+    summary_file: Path | None = None,
+    issues_dir: Path | None = None,
+    issue_min_size: int = DEFAULT_MIN_SIZE,
+) -> None:
     """Print the summary to the log, the report where asked, and exit with the run's code."""
     for line in summary_lines(result):
         log.info("summary: %s", line, extra={"event": "summary"})
+    if issues_dir:
+        drafts = write_issue_drafts(result, issues_dir, issue_min_size)
+        log.info("%d issue drafts written to %s", len(drafts), issues_dir, extra={"event": "issue_drafts"})
     if summary_file:
         summary_file.write_text(json.dumps(summary_record(result), indent=2) + "\n", encoding="utf-8")
     if report or report_file:
@@ -128,6 +139,13 @@ def finish(result: RunResult, report: bool, report_file: Path | None, summary_fi
             report_file.write_text(text, encoding="utf-8")
             log.info("report written to %s", report_file, extra={"event": "report_file"})
     sys.exit(result.exit_code)
+
+
+def writable_folder(path: Path | None, option: str) -> Path | None:
+    """A folder that exists or can be made in an existing one; checked before the run."""
+    if path is not None and not (path.is_dir() or (path.parent.is_dir() and not path.exists())):
+        raise click.BadParameter(f"{path} is not a folder, and cannot be made in an existing one", param_hint=option)
+    return path
 
 
 report_options = [

@@ -16,8 +16,10 @@ from triage.cli.common import (
     report_options,
     with_options,
     writable_file,
+    writable_folder,
 )
 from triage.engine.options import RunOptions
+from triage.sinks.issues import DEFAULT_MIN_SIZE
 
 MAX_SINCE_HOURS = 24 * 366  # a year: Langfuse keeps no more by default, and a datetime cannot go far past
 
@@ -77,6 +79,19 @@ def finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     callback=lambda ctx, param, value: writable_file(value, "--summary-file"),
     help="Write the run's figures (counts, judge calls, tokens, cost, exit code) as JSON to this file.",
 )
+@click.option(
+    "--issues-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    callback=lambda ctx, param, value: writable_folder(value, "--issues-dir"),
+    help="Write issue drafts here: one Markdown file per owner, and one per signature seen often. Nothing is filed.",
+)
+@click.option(
+    "--issue-min-size",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MIN_SIZE,
+    show_default=True,
+    help="A signature gets its own draft with this many traces in the last 8 nights.",
+)
 @handle_errors
 def feedback(
     since_hours: float,
@@ -91,6 +106,8 @@ def feedback(
     config_path: Path | None,
     facts_file: Path | None,
     summary_file: Path | None,
+    issues_dir: Path | None,
+    issue_min_size: int,
 ) -> None:
     """Triage every thumbs-down vote in the window (the nightly job)."""
     settings = load_settings()
@@ -106,4 +123,4 @@ def feedback(
         facts_file=facts_file or settings.triage_facts_file,
     )
     result = run(settings, config_for(settings, config_path), options, judge_spec)
-    finish(result, report, report_file, summary_file)
+    finish(result, report, report_file, summary_file, issues_dir, issue_min_size)

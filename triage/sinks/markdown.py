@@ -13,6 +13,7 @@ from triage.redact import printable, redact
 # that the template starts itself.
 # Links and images need `[`, emphasis `*` or `_`, code a backtick, tables `|`, strikethrough `~`.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_BLOCK_START = re.compile(r"^(?:(\d+)([.)])|([#>+=-]))")
 _AUTOLINK = re.compile(r"(?i)\b(https?|ftp)(:)(//)|\b(www)(\.)")
 
 
@@ -26,6 +27,8 @@ def md(text: object, limit: int = USER_TEXT_CHARS) -> str:
     flat = " ".join(printable(redact(str(text)), limit).split())
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     flat = _MD_SPECIAL.sub(r"\\\1", flat)
+    # should a template ever start a line with user text, it still cannot open a block
+    flat = _BLOCK_START.sub(lambda m: f"{m[1]}\\{m[2]}" if m[2] else f"\\{m[3]}", flat)
     # GitHub turns bare URLs into links; an escaped colon or dot stops that and renders the same
     return _AUTOLINK.sub(lambda m: f"{m[1]}\\:{m[3]}" if m[1] else f"{m[4]}\\.", flat)
 

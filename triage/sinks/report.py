@@ -14,7 +14,7 @@ from triage.sinks.markdown import templates
 from triage.sinks.summary import summary_lines
 
 
-def _grouped(entries: list[Entry]) -> dict[str, dict[str, list[Entry]]]:
+def grouped(entries: list[Entry]) -> dict[str, dict[str, list[Entry]]]:
     """owner -> layer -> entries, owners sorted, layers in the report's order."""
     groups: dict[str, dict[str, list[Entry]]] = defaultdict(lambda: defaultdict(list))
     for entry in entries:
@@ -44,7 +44,7 @@ templates.filters["chart"] = chart_label
 
 
 def render_report(result: RunResult) -> str:
-    groups = _grouped(result.entries)
+    groups = grouped(result.entries)
     layers = [layer.value for layer in Layer if result.layer_counts.get(layer.value)]
     worklist = result.worklist
     return templates.get_template("report.md.j2").render(

@@ -36,6 +36,14 @@ def summary_lines(result: RunResult) -> list[str]:
         f"search calls {result.search_calls}; backend requests {result.requests} ({per_trace:.2f} per triaged trace)",
         f"time {result.elapsed:.1f}s",
     ]
+    if result.worklist is not None:
+        status = result.worklist.status_counts()
+        lines.insert(
+            4,
+            f"signatures: {len(result.worklist.signatures)} tonight ({status['new']} new, {status['recurring']} "
+            f"recurring, {status['regressed']} regressed), {status['resolved']} resolved"
+            + (f"; {result.signatures_written} signature scores written" if result.write else ""),
+        )
     return lines
 
 
