@@ -200,7 +200,7 @@ def _print(cases: list[dict[str, Any]], results: dict[str, dict[str, dict[str, A
         right_component = sum(
             found.get(c["id"], {}).get("facts", {}).get("component") == c["component"] for c in cases
         )
-        print(f"{name}, the component fact equals the label (a judge may leave it unset): {right_component}/{len(cases)}")
+        print(f"{name}, the component fact equals the label (may be unset): {right_component}/{len(cases)}")
         missed = [c for c in cases if found.get(c["id"], {}).get("layer") != c["layer"]]
         confusion = Counter((c["layer"], found.get(c["id"], {}).get("layer", "not triaged")) for c in missed)
         print(
