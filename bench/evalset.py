@@ -1,26 +1,34 @@
 """Layer accuracy on the evaluation set (evals/kubeflow), through the real CLI, offline.
 
-    python bench/evalset.py [--judge heuristic] [--split all|dev|test]
+    python bench/evalset.py [--judge heuristic|llm|cascade ...] [--no-replay] [--misses] [--figures]
 
 Loads the set's traces into a fresh embedded store (votes moved to an hour ago), indexes the
-corpus (docs + Katib examples) and the set's own issue threads, runs `triage feedback` with the
+corpus (docs + Katib examples) and the set's own issue threads, runs `triage feedback` with each
 judge named (the default: the offline heuristic) and with the true facts replayed, and prints
-layer accuracy per split and per layer, per-fact accuracy on searched cases, and the misses; then
-component and owner accuracy (the `triage_component` score written, and its `owners`, against the
-labelled component and the owners `triage.domain.ownership.owners` gives the labelled layer and
-component), with the component misses and which source decided them (`component_from`).
-A measurement, not `triage eval` (the calibration issue): no kappa, no model judges yet.
+layer accuracy per split and per layer, per-fact accuracy on searched cases, and the misses.
+
+`llm` and `cascade` run against the *perfect model* (tests/doubles/perfect_model.py): an
+OpenAI-compatible server on 127.0.0.1 that answers every judge prompt from the set's labels,
+reached through the real `openai` client (OPENAI_BASE_URL, OPENAI_API_KEY, TRIAGE_JUDGE_MODEL set
+as triage/settings.py reads them). Both must reach 94/94: that is the job's ceiling.
+
+`--figures` also prints, computed in-process over the same index and traces: the re-search's
+recall on the index-has-answer cases (every `needs` string among the re-searched passages, and
+among the ones the judge is shown) and the precision of each of the cascade's cheap shortcuts
+on the whole set. A measurement, not `triage eval` (the calibration issue): no kappa.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,8 +36,10 @@ from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 EVALS = ROOT / "evals" / "kubeflow"
 FACTS = ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined")
+MODEL = "perfect-model"
 
 
 def _verifier() -> ModuleType:
@@ -41,10 +51,13 @@ def _verifier() -> ModuleType:
     return module
 
 
-def _run(judge: str, store: Path, config: Path, facts: Path) -> subprocess.CompletedProcess[str]:
+def _run(
+    judge: str, store: Path, config: Path, facts: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGFUSE_", "OPENAI_", "TRIAGE_"))}
     env["TRIAGE_STORE"] = str(store)
-    command = [sys.executable, "-m", "triage", "feedback", "--since-hours", "48", "--force", "--write"]
+    env.update(extra_env or {})
+    command = [sys.executable, "-m", "triage", "feedback", "--since-hours", "48", "--force"]
     command += ["--config", str(config), "--judge", judge, "--facts-file", str(facts)]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
 
@@ -57,21 +70,44 @@ def _layers(facts_file: Path) -> dict[str, dict[str, Any]]:
     for line in facts_file.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         trace_id = record.pop("trace_id")
-        for key in ("judge", "prompt_version"):
-            record.pop(key, None)
+        judge = record.pop("judge", None)
+        record.pop("prompt_version", None)
         facts = Facts.model_validate(record)
         try:
             layer = decide(facts).value
         except Undetermined as ex:
             layer = f"undecided ({ex.missing})"
-        out[trace_id.removeprefix("eval-")] = {"layer": layer, "facts": record}
+        out[trace_id.removeprefix("eval-")] = {"layer": layer, "facts": record, "judge": judge}
     return out
+
+
+def write_config(work: Path, corpus_root: Path) -> Path:
+    config = work / "triage.toml"
+    config.write_text(
+        "".join(
+            f'[[index]]\ncollection = "{name}"\npath = "{path}"\n\n'
+            for name, path in (
+                ("docs", corpus_root / "kubeflow-docs"),
+                ("code", corpus_root / "katib-examples"),
+                ("issues", EVALS / "issues"),
+            )
+        )
+    )
+    return config
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--judge", default="heuristic")
+    parser.add_argument(
+        "--judge",
+        action="append",
+        help="heuristic (default), llm or cascade (both against the perfect model); repeatable",
+    )
+    parser.add_argument("--no-replay", action="store_true", help="skip the true facts replayed")
+    parser.add_argument("--misses", action="store_true", help="list every miss with its case id")
+    parser.add_argument("--figures", action="store_true", help="re-search recall and shortcut precision")
     args = parser.parse_args()
+    judges: list[str] = args.judge or ["heuristic"]
     verify = _verifier()
     corpus_root: Path = verify.DEFAULT_CORPUS
     if not (corpus_root / "kubeflow-docs").is_dir():
@@ -81,80 +117,64 @@ def main() -> int:
 
     cases = verify.load_cases()
     corpus = verify.Corpus.load(corpus_root)
+    timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         lines = [json.dumps(verify.trace_record(case, corpus, n)) for n, case in enumerate(cases)]
         newest = verify.BASE_TIME + timedelta(minutes=20 * len(cases))
         shift = datetime.now(UTC) - timedelta(hours=1) - newest
-        config = work / "triage.toml"
-        config.write_text(
-            "".join(
-                f'[[index]]\ncollection = "{name}"\npath = "{path}"\n\n'
-                for name, path in (
-                    ("docs", corpus_root / "kubeflow-docs"),
-                    ("code", corpus_root / "katib-examples"),
-                    ("issues", EVALS / "issues"),
-                )
-            )
-        )
+        config = write_config(work, corpus_root)
         truth = work / "truth.jsonl"
         truth.write_text(
             "".join(json.dumps({"trace_id": f"eval-{c['id']}", **c["facts"]}) + "\n" for c in cases)
         )
         results: dict[str, dict[str, dict[str, Any]]] = {}
-        for name, judge in ((args.judge, args.judge), ("replay", f"replay:{truth}")):
+        runs = [(j, j) for j in judges] + ([] if args.no_replay else [("replay", f"replay:{truth}")])
+        for name, judge in runs:
             store = work / f"{name}.sqlite"
             with Store(store) as db:
                 db.import_lines(lines, "evalset", shift=shift)
             facts_file = work / f"{name}.facts.jsonl"
-            done = _run(judge, store, config, facts_file)
+            started = time.monotonic()
+            if judge in ("llm", "cascade"):
+                from tests.doubles.perfect_model import PerfectModel
+
+                with PerfectModel(cases, corpus) as model:
+                    env = {
+                        "OPENAI_BASE_URL": model.url,
+                        "OPENAI_API_KEY": "perfect",
+                        "TRIAGE_JUDGE_MODEL": MODEL,
+                    }
+                    done = _run(judge, store, config, facts_file, env)
+                    name = f"{judge}-perfect"
+                    if model.unknown:
+                        print(f"{name}: the perfect model did not know {len(model.unknown)} questions")
+                    timings[name + " calls"] = model.calls
+            else:
+                done = _run(judge, store, config, facts_file)
+            timings[name] = time.monotonic() - started
             if done.returncode not in (0, 4):
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1
             results[name] = _layers(facts_file) if facts_file.exists() else {}
-            with Store(store) as db:
-                for row in db.scores_named("triage_component"):
-                    found = results[name].setdefault(row["traceId"].removeprefix("eval-"), {})
-                    metadata = json.loads(row["metadata"] or "{}")
-                    found["component"] = row["stringValue"]
-                    found["owners"] = metadata.get("owners")
-                    found["component_from"] = metadata.get("component_from")
-    _print(cases, results)
-    _print_components(cases, results)
+        _print(cases, results, args.misses)
+        print(
+            "\nwall seconds per run: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in timings.items() if "calls" not in k)
+        )
+        for key, value in timings.items():
+            if key.endswith(" calls"):
+                print(
+                    f"{key.removesuffix(' calls')}: {value:.0f} model calls ({value / len(cases):.2f} per trace)"
+                )
+        if args.figures:
+            from bench._evalfigures import figures
+
+            asyncio.run(figures(cases, lines, config, work, shift))
     return 0
 
 
-def _print_components(cases: list[dict[str, Any]], results: dict[str, dict[str, dict[str, Any]]]) -> None:
-    from triage.config import load_config
-    from triage.domain.ownership import owners
-    from triage.domain.records import Layer
-
-    config = load_config()
-    print("\n| judge | split | cases | component right | accuracy | owners right | accuracy |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for name, found in results.items():
-        for split in ("dev", "test", "all"):
-            chosen = [c for c in cases if split == "all" or c["split"] == split]
-            comp = sum(found.get(c["id"], {}).get("component") == c["component"] for c in chosen)
-            own = sum(
-                found.get(c["id"], {}).get("owners") == owners(Layer(c["layer"]), c["component"], config)
-                for c in chosen
-            )
-            n = len(chosen)
-            print(f"| {name} | {split} | {n} | {comp} | {comp / n:.2f} | {own} | {own / n:.2f} |")
-    for name, found in results.items():
-        misses = [c for c in cases if found.get(c["id"], {}).get("component") != c["component"]]
-        print(
-            f"\n{name}, component misses (case: true -> found, decided by): "
-            + ", ".join(
-                f"{c['id']}: {c['component']} -> {found.get(c['id'], {}).get('component', 'not triaged')}"
-                f" ({found.get(c['id'], {}).get('component_from')})"
-                for c in misses
-            )
-        )
-
-
-def _print(cases: list[dict[str, Any]], results: dict[str, dict[str, dict[str, Any]]]) -> None:
+def _print(cases: list[dict[str, Any]], results: dict[str, dict[str, dict[str, Any]]], misses: bool) -> None:
     print("| judge | split | cases | layer right | accuracy |")
     print("|---|---|---:|---:|---:|")
     for name, found in results.items():
@@ -177,12 +197,23 @@ def _print(cases: list[dict[str, Any]], results: dict[str, dict[str, dict[str, A
             right = sum(found[c["id"]]["facts"].get(fact) == c["facts"][fact] for c in known)
             per_fact.append(f"{fact} {right}/{len(known)}")
         print(f"{name}, per fact on searched cases: " + ", ".join(per_fact))
-        misses = [c for c in cases if found.get(c["id"], {}).get("layer") != c["layer"]]
-        confusion = Counter((c["layer"], found.get(c["id"], {}).get("layer", "not triaged")) for c in misses)
+        right_component = sum(
+            found.get(c["id"], {}).get("facts", {}).get("component") == c["component"] for c in cases
+        )
+        print(f"{name}, the component fact equals the label (may be unset): {right_component}/{len(cases)}")
+        missed = [c for c in cases if found.get(c["id"], {}).get("layer") != c["layer"]]
+        confusion = Counter((c["layer"], found.get(c["id"], {}).get("layer", "not triaged")) for c in missed)
         print(
             f"{name}, misses (true -> found): "
             + ", ".join(f"{a} -> {b} x{n}" for (a, b), n in confusion.most_common())
         )
+        if misses:
+            for case in missed:
+                got = found.get(case["id"], {})
+                wrong = [f for f in FACTS if got.get("facts", {}).get(f) != case["facts"][f]]
+                print(
+                    f"  {case['id']} {case['layer']} -> {got.get('layer', 'not triaged')}; facts off: {wrong}"
+                )
 
 
 if __name__ == "__main__":

@@ -95,3 +95,54 @@ async def test_injection_is_flagged_on_the_cheap_path(server: OpenAIServer, casc
     assert facts.injection_suspected is True
     assert "comment: ignore-instructions" in (facts.evidence["injection_suspected"].note or "")
     assert server.requests == []
+
+
+REWORDED = [
+    Passage(
+        id="R1",
+        source_url="https://www.kubeflow.org/docs/components/trainer/getting-started/",
+        collection="docs",
+        title="Getting started",
+        text="Set the runtime of a TrainJob:\n\nruntimeRef:\n  name: torch-distributed\n\nThe run ends with score 93%.",
+    )
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # an identifier composed of words the agent saw: a rewording as often as an invention
+        "Set `runtimeRef.name` to `torch-distributed` in the TrainJob.",
+        # a JSON answer: its keys and numbers are structure, not claims
+        '{"answer": "Set the runtime of a TrainJob with runtimeRef.", "confidence_score": 0.93}',
+    ],
+)
+async def test_specifics_made_of_seen_words_go_to_the_model(
+    server: OpenAIServer, cascade: CascadeJudge, answer: str
+) -> None:
+    """The exact-string check flags these (a harmless reformatting, a JSON blob's keys): on the
+    evaluation set it was wrong on 9 of the 38 traces it fired on. Grounding goes to the model."""
+    trace = make_trace(question="How do I pick the runtime of a TrainJob?", answer=answer, passages=REWORDED)
+    assert (
+        CascadeJudge.grounding_decided(trace, await HeuristicJudge().judge(trace, [], None, base_for(trace)))
+        is None
+    )
+    await cascade.judge(trace, research(), None, base_for(trace))
+    assert sorted(r.kind for r in server.requests) == ["containment", "grounding"]
+    assert cascade.routes["model"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_specific_with_a_word_never_seen_still_settles_grounding(
+    server: OpenAIServer, cascade: CascadeJudge
+) -> None:
+    trace = make_trace(answer="Set `runtimeRef.name` and `maxRestartBudget: 3`.", passages=REWORDED)
+    facts = await cascade.judge(trace, research(), None, base_for(trace))
+    assert [r.kind for r in server.requests] == ["containment"]
+    assert facts.answer_grounded is False
+    assert facts.unsupported_claims[0] == "maxRestartBudget: 3"  # what decided it comes first
+    shortcuts = CascadeJudge.shortcuts(
+        trace, research(), await HeuristicJudge().judge(trace, [], None, base_for(trace))
+    )
+    assert shortcuts == [("invented specifics", {"answer_grounded": False})]

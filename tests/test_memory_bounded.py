@@ -157,7 +157,8 @@ async def test_researcher_cache_is_bounded() -> None:
         trace = _trace(n)
         await researcher.research(trace, f"comment {n}")
     assert len(researcher._cache) <= 16
-    assert researcher.calls == 100 * 2 * 2  # every query new: nothing served from the cache
+    # every query new (the question, with the comment, the agent's query): nothing from the cache
+    assert researcher.calls == 100 * 2 * 3
 
 
 @pytest.mark.anyio

@@ -57,6 +57,8 @@ class AgentConfig(_Section):
 class SearchConfig(_Section):
     top_k: int = Field(default=5, ge=1, le=50)
     use_comment: bool = True
+    #: also re-search each query the agent sent, in every collection
+    use_agent_queries: bool = True
     #: the search server's longest query; a longer question (plus comment) is cut to it
     max_query_chars: int = Field(default=512, ge=16)
 

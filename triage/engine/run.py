@@ -126,6 +126,7 @@ async def _run(
                     config.search.top_k,
                     config.search.use_comment,
                     max_query_chars=config.search.max_query_chars,
+                    use_agent_queries=config.search.use_agent_queries,
                 )
                 if live is not None
                 else None

@@ -4,9 +4,16 @@ What the heuristic decides on its own, and why:
 
 - **no search call**: the layer is `agent_skipped_retrieval` whatever else is true. No model call.
 - **grounding**, in two cases only:
-  - the answer holds specifics (URLs, flags, identifiers, versions) that appear nowhere in what the
-    agent saw: `answer_grounded=False` is decided. Then `answer_declined` no longer matters to the
-    rule (an ungrounded answer is `generation` or `content_gap_hallucination` either way).
+  - the answer holds a specific (URL, flag, identifier, setting) that appears nowhere in what the
+    agent saw *and* is built of a word the agent never saw (code and markup boilerplate aside):
+    `answer_grounded=False` is decided. Then `answer_declined` no longer matters to the rule (an
+    ungrounded answer is `generation` or `content_gap_hallucination` either way). A specific made
+    only of seen words (`runtimeRef.name` from a `runtimeRef:` block with a `name:` key,
+    `ClusterRole/kubeflow-view`, `objectiveMetricName` for "the objective metric name"), a number
+    (`0.93`) and any specific of a JSON answer (structured output: its keys and numbers are not
+    claims) are rewordings as often as inventions: those go to the model. Measured on the
+    evaluation set (bench/evalset.py --figures), the exact-string check alone was wrong on 9 of
+    the 38 traces it fired on, grounded answers all; the word check is right on all it fires on.
   - a decline phrase and no specifics at all: declined and grounded (nothing was invented).
   In both cases the model is asked for containment only (call A), which saves call B.
 - **containment** is never decided by key-term coverage: shared keywords do not prove a passage
@@ -20,11 +27,12 @@ trace, so a trace settled without the model is still flagged.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from triage.domain.ports import Judge
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
-from triage.judges.heuristic import specifics
+from triage.judges.heuristic import seen_texts, specifics, unseen_words, word_parts
 
 
 class CascadeJudge:
@@ -68,8 +76,9 @@ class CascadeJudge:
         if settled is not None and not trace.passages and research == []:
             self.routes["cheap"] += 1
             update: dict[str, Any] = {"retrieved_has_answer": False, "index_has_answer": False}
+            update.update(self._decided_grounding(trace, cheap, flagged.evidence, settled))
             update["evidence"] = {
-                **flagged.evidence,
+                **update["evidence"],
                 "retrieved_has_answer": Evidence(confidence="high", note="no passages were retrieved"),
                 "index_has_answer": Evidence(confidence="high", note="the re-search found no passages"),
             }
@@ -77,30 +86,85 @@ class CascadeJudge:
         if settled is not None and self.model.can_skip_grounding:
             self.routes["containment"] += 1
             judged = await self.model.judge(trace, research, comment, base, grounding=False)
-            phrase = "a decline phrase" if cheap.answer_declined else "no decline phrase"
-            evidence = {
-                **judged.evidence,
-                "answer_grounded": Evidence(confidence="high", note=f"decided by the heuristic: {settled}"),
-                "answer_declined": Evidence(note=f"decided by the heuristic: {phrase}"),
-            }
-            return judged.model_copy(
-                update={
-                    "answer_grounded": cheap.answer_grounded,
-                    "answer_declined": cheap.answer_declined,
-                    "unsupported_claims": cheap.unsupported_claims,
-                    "evidence": evidence,
-                    "injection_suspected": judged.injection_suspected or flagged.injection_suspected,
-                }
-            )
+            update = self._decided_grounding(trace, cheap, judged.evidence, settled)
+            update["injection_suspected"] = judged.injection_suspected or flagged.injection_suspected
+            return judged.model_copy(update=update)
         self.routes["model"] += 1
         judged = await self.model.judge(trace, research, comment, base)
         return judged  # the model judge runs the same detector
 
     @staticmethod
+    def _decided_grounding(
+        trace: Trace, cheap: Facts, evidence: dict[str, Evidence], settled: str
+    ) -> dict[str, Any]:
+        phrase = "a decline phrase" if cheap.answer_declined else "no decline phrase"
+        invented = invented_specifics(trace, cheap)
+        return {
+            "answer_grounded": cheap.answer_grounded,
+            "answer_declined": cheap.answer_declined,
+            # the specifics with a word never seen first: they are what decided it
+            "unsupported_claims": list(dict.fromkeys([*invented, *cheap.unsupported_claims])),
+            "evidence": {
+                **evidence,
+                "answer_grounded": Evidence(confidence="high", note=f"decided by the heuristic: {settled}"),
+                "answer_declined": Evidence(note=f"decided by the heuristic: {phrase}"),
+            },
+        }
+
+    #: the cheap checks, by the name `shortcuts` gives them
+    SHORTCUTS = (
+        "no search call",
+        "invented specifics",
+        "a decline phrase and no specifics",
+        "no passages anywhere",
+    )
+
+    @classmethod
+    def shortcuts(
+        cls, trace: Trace, research: list[Passage] | None, cheap: Facts
+    ) -> list[tuple[str, dict[str, bool]]]:
+        """Every cheap check that fires on this trace, with the facts it decides (for measuring
+        each check's precision against labels: bench/evalset.py --figures). `judge` takes them."""
+        if not trace.searched:
+            return [("no search call", {"agent_searched": False})]
+        fired: list[tuple[str, dict[str, bool]]] = []
+        settled = cls.grounding_decided(trace, cheap)
+        if settled is not None and cheap.answer_grounded is False:
+            fired.append(("invented specifics", {"answer_grounded": False}))
+        elif settled is not None:
+            fired.append(("a decline phrase and no specifics", {"answer_grounded": True, "answer_declined": True}))
+        if fired and not trace.passages and research == []:
+            fired.append(("no passages anywhere", {"retrieved_has_answer": False, "index_has_answer": False}))
+        return fired
+
+    @staticmethod
     def grounding_decided(trace: Trace, cheap: Facts) -> str | None:
         """Why the cheap facts settle grounding (and declining), or None when they do not."""
         if cheap.answer_grounded is False and cheap.unsupported_claims:
-            return "specifics seen nowhere by the agent: " + ", ".join(cheap.unsupported_claims[:5])
+            invented = invented_specifics(trace, cheap)
+            if invented:
+                return "specifics with words the agent never saw: " + ", ".join(invented[:5])
+            return None
         if cheap.answer_declined and cheap.answer_grounded and not specifics(trace.answer):
             return "a decline phrase and no specifics"
         return None
+
+
+def invented_specifics(trace: Trace, cheap: Facts) -> list[str]:
+    """The answer's unsupported specifics that hold a word the agent never saw; none for a JSON
+    answer (its keys and values are structure, not claims)."""
+    if cheap.answer_grounded is not False or not cheap.unsupported_claims or _is_json(trace.answer):
+        return []
+    seen = word_parts("\n".join(seen_texts(trace)))
+    return [s for s in cheap.unsupported_claims if unseen_words(s, seen)]
+
+
+def _is_json(text: str) -> bool:
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return False
+    try:
+        json.loads(stripped)
+    except (ValueError, RecursionError):
+        return False
+    return True

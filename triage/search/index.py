@@ -20,6 +20,10 @@ from triage.domain.records import Passage
 from triage.errors import ConfigError
 
 MAX_CHUNK_CHARS = 1800
+#: a section shorter than this is joined with the sections after it (up to MAX_CHUNK_CHARS): a
+#: heading with a line under it ("ISSUE: notebook not starting") is no passage on its own, and the
+#: steps that answer it are in the sections that follow
+MIN_CHUNK_CHARS = 400
 _FRONT_MATTER = re.compile(r"\A(?:\+\+\+\n(?P<toml>.*?)\n\+\+\+|---\n(?P<yaml>.*?)\n---)\s*\n", re.DOTALL)
 _HEADING = re.compile(r"^(#{1,4})\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _WORD = re.compile(r"[A-Za-z0-9_]+")
@@ -65,19 +69,31 @@ def _split_long(text: str) -> Iterator[str]:
         yield part
 
 
-def chunk_markdown(body: str, title: str) -> Iterator[tuple[str, str]]:
-    """(heading path, text) pieces of a Markdown body, cut at headings."""
+def chunk_markdown(body: str, title: str, min_chars: int = MIN_CHUNK_CHARS) -> Iterator[tuple[str, str]]:
+    """(heading path, text) pieces of a Markdown body, cut at headings; a section shorter than
+    `min_chars` takes the sections after it in while they fit (labelled by its own heading)."""
     starts = [m.start() for m in _HEADING.finditer(body)]
     bounds = [0, *starts, len(body)]
+    pending: tuple[str, str] | None = None
     for begin, end in zip(bounds, bounds[1:], strict=False):
         section = body[begin:end].strip()
         if not section:
             continue
+        if pending and len(pending[1]) < min_chars and len(pending[1]) + 2 + len(section) <= MAX_CHUNK_CHARS:
+            pending = (pending[0], f"{pending[1]}\n\n{section}")
+            continue
+        if pending:
+            yield from _pieces(*pending)
         heading = _HEADING.match(section)
-        label = f"{title} > {heading.group(2)}" if heading else title
-        for piece in _split_long(section):
-            if len(_WORD.findall(piece)) >= 3:
-                yield label, piece
+        pending = (f"{title} > {heading.group(2)}" if heading else title, section)
+    if pending:
+        yield from _pieces(*pending)
+
+
+def _pieces(label: str, section: str) -> Iterator[tuple[str, str]]:
+    for piece in _split_long(section):
+        if len(_WORD.findall(piece)) >= 3:
+            yield label, piece
 
 
 def _urls_from_index_file(folder: Path) -> dict[str, str]:
@@ -113,7 +129,8 @@ def _attrs(url: str, meta: Mapping[str, str], text: str | None) -> dict[str, str
     return attrs
 
 
-def chunks_of_folder(folder: IndexFolder) -> Iterator[Chunk]:
+def chunks_of_folder(folder: IndexFolder, min_chunk_chars: int = MIN_CHUNK_CHARS) -> Iterator[Chunk]:
+    """The folder's chunks; `min_chunk_chars=0` cuts Markdown at every heading (see `chunk_markdown`)."""
     root = Path(folder.path)
     if not root.is_dir():
         raise ConfigError(f"index folder not found: {root} (check [[index]] in the configuration)")
@@ -128,7 +145,7 @@ def chunks_of_folder(folder: IndexFolder) -> Iterator[Chunk]:
             title = meta.get("title") or path.stem
             url = urls.get(rel) or meta.get("url") or _default_url(folder, rel)
             attrs = _attrs(url, meta, None)
-            pieces = [(label, piece, attrs) for label, piece in chunk_markdown(body, title)]
+            pieces = [(label, piece, attrs) for label, piece in chunk_markdown(body, title, min_chunk_chars)]
         else:
             title = path.name
             url = urls.get(rel) or _default_url(folder, rel)

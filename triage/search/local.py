@@ -1,4 +1,5 @@
-"""The independent re-search: the trace's question (and the user's comment) against every collection.
+"""The independent re-search: the trace's question (with the user's comment, and the agent's own
+search queries) against every collection.
 
 `LocalSearcher` searches the embedded index in-process; `triage.search.mcp_client.McpSearcher` searches
 through the agent's MCP server. Both implement `triage.domain.ports.Searcher`.
@@ -34,6 +35,13 @@ class LocalSearcher:
 class Researcher:
     """Re-searches a trace's question in every collection; identical queries are made once.
 
+    Query variants: the question; the question with the user's comment (`use_comment`); and each
+    query the agent itself sent to a search tool (`use_agent_queries`), now in every collection: an
+    agent that searched the right words in the wrong collection, or with a filter that hid the
+    answer, is exactly what the re-search must be able to show. The variants' result lists are
+    merged rank by rank (every list's first result, then every list's second, ...), so no variant or
+    collection crowds out the others' best results.
+
     The cache is bounded (least recently used out) so memory stays flat however large the window.
     """
 
@@ -45,12 +53,14 @@ class Researcher:
         use_comment: bool,
         cache_size: int = 1024,
         max_query_chars: int = 512,
+        use_agent_queries: bool = True,
     ) -> None:
         self.searcher = searcher
         self.max_query_chars = max_query_chars
         self.collections = list(collections)
         self.top_k = top_k
         self.use_comment = use_comment
+        self.use_agent_queries = use_agent_queries
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple[str, str], asyncio.Future[list[Passage]]] = OrderedDict()
         self.calls = 0
@@ -67,15 +77,21 @@ class Researcher:
             self._cache.popitem(last=False)
         return future
 
-    async def research(self, trace: Trace, comment: str | None) -> list[Passage]:
-        """Passages S1..Sn, best first per collection, each source once. Raises `SearchError`."""
+    def queries(self, trace: Trace, comment: str | None) -> list[str]:
+        """The query variants for a trace, each once, the question first."""
         question = cap_query(trace.question, self.max_query_chars)
         queries = [question]
         if self.use_comment and comment and comment.strip():
             # the comment is what a long query loses first: the question is the better search
-            with_comment = cap_query(f"{question} {comment}", self.max_query_chars)
-            if with_comment != question:
-                queries.append(with_comment)
+            queries.append(cap_query(f"{question} {comment}", self.max_query_chars))
+        if self.use_agent_queries:
+            queries += [cap_query(q, self.max_query_chars) for q in agent_queries(trace)]
+        return [q for q in dict.fromkeys(queries) if q]
+
+    async def research(self, trace: Trace, comment: str | None) -> list[Passage]:
+        """Passages S1..Sn, the variants' lists merged rank by rank, each chunk once. Raises
+        `SearchError`."""
+        queries = self.queries(trace, comment)
         tasks = [self._search(q, c) for c in self.collections for q in queries]
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         failures = [o for o in outcomes if isinstance(o, BaseException)]
@@ -88,14 +104,31 @@ class Researcher:
         results = [o for o in outcomes if not isinstance(o, BaseException)]
         passages: list[Passage] = []
         seen: set[tuple[str | None, str]] = set()
-        for found in results:
-            for passage in found:
+        depth = max((len(found) for found in results), default=0)
+        for rank in range(depth):
+            for found in results:
+                if rank >= len(found):
+                    continue
+                passage = found[rank]
                 key = (passage.source_url, passage.text[:200])
                 if key in seen:
                     continue
                 seen.add(key)
                 passages.append(passage.model_copy(update={"id": f"S{len(passages) + 1}"}))
         return passages
+
+
+def agent_queries(trace: Trace) -> list[str]:
+    """The queries the agent sent to its search tools (the `query` argument, or arguments logged as
+    a plain string), in order."""
+    found: list[str] = []
+    for call in trace.tool_calls:
+        if not call.is_search:
+            continue
+        query = call.args.get("query")
+        if isinstance(query, str) and query.strip():
+            found.append(" ".join(query.split()))
+    return found
 
 
 def cap_query(text: str, limit: int) -> str:

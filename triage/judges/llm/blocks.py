@@ -2,6 +2,12 @@
 
 Each block keeps the cleaned text exactly as the model saw it, which is what quotes are checked
 against.
+
+What does not fit is chosen by relevance to a focus text, never first-N: a passage or tool output
+longer than its cap is shown as its parts most relevant to the focus (`triage.reading.relevance`),
+and a set with more than `MAX_PASSAGES` passages keeps the most relevant ones. The focus is the
+question for containment (the answer is never shown there) and the question with the answer for
+grounding (the answer's claims are what must be found).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from triage.errors import JudgeError
 from triage.judges import prompts
 from triage.judges.llm.quotes import BLOCK_ID, normalise
 from triage.judges.llm.replies import SetKey
+from triage.reading.relevance import excerpt, most_relevant
 
 # Field caps (characters). They bound the prompt (about 8k tokens for a typical trace) and stop a
 # huge tool output from crowding out the rest.
@@ -47,18 +54,25 @@ class PassageSet:
     blocks: dict[str, Block] = field(default_factory=dict)
 
 
-def passage_set(key: SetKey, prefix: str, passages: Sequence[Passage], nonce: str) -> PassageSet:
+def passage_set(
+    key: SetKey, prefix: str, passages: Sequence[Passage], nonce: str, focus: str = ""
+) -> PassageSet:
+    """The set as the prompt shows it: each passage once, the `MAX_PASSAGES` most relevant to
+    `focus` when there are more, each text cut to its parts most relevant to `focus`."""
     out = PassageSet(key=key, prefix=prefix)
     seen: set[str] = set()
+    candidates: list[tuple[Passage, str]] = []
     for passage in passages:
-        if len(out.passages) >= MAX_PASSAGES:
-            break
         if not BLOCK_ID.match(passage.id):
             raise JudgeError(f"passage id {passage.id[:20]!r} is not a short id like R1 or S1")
-        text = prompts.clean(passage.text, CAP_PASSAGE, nonce)
+        text = prompts.clean(passage.text, len(passage.text), nonce)
         if normalise(text) in seen:  # the same chunk found by two queries: send it once
             continue
         seen.add(normalise(text))
+        candidates.append((passage, text))
+    keep = most_relevant([f"{p.title or ''}\n{text}" for p, text in candidates], focus, MAX_PASSAGES)
+    for passage, full in (candidates[i] for i in keep):
+        text = excerpt(full, focus, CAP_PASSAGE)
         title = prompts.clean(passage.title or "", CAP_TITLE, nonce)
         data = {
             "title": title,
@@ -71,9 +85,10 @@ def passage_set(key: SetKey, prefix: str, passages: Sequence[Passage], nonce: st
     return out
 
 
-def tool_blocks(trace: Trace, nonce: str) -> tuple[list[dict[str, str]], dict[str, Block]]:
+def tool_blocks(trace: Trace, nonce: str, focus: str = "") -> tuple[list[dict[str, str]], dict[str, Block]]:
     """Tool calls as T1..; a search output whose results are already listed as passages is not sent
-    twice (it is the same text, and it would double the prompt)."""
+    twice (it is the same text, and it would double the prompt); a long output is cut to its parts
+    most relevant to `focus`."""
     shown = [normalise(p.text)[:80] for p in trace.passages if p.text.strip()]
     calls: list[dict[str, str]] = []
     blocks: dict[str, Block] = {}
@@ -83,7 +98,7 @@ def tool_blocks(trace: Trace, nonce: str) -> tuple[list[dict[str, str]], dict[st
         if call.is_search and not call.error and shown and any(s in output_norm for s in shown):
             output = "[the results of this search are listed as passages in the retrieved set]"
         else:
-            output = prompts.clean(call.output, CAP_TOOL_OUTPUT, nonce)
+            output = excerpt(prompts.clean(call.output, len(call.output), nonce), focus, CAP_TOOL_OUTPUT)
         args = prompts.clean_value(call.args, CAP_TOOL_ARG, nonce)
         data = {
             "tool": prompts.clean(call.name, 100, nonce),

@@ -183,8 +183,10 @@ class LLMJudge:
         self, trace: Trace, research: list[Passage] | None, comment: str | None, usage: Usage
     ) -> tuple[ContainmentReply, PassageSet, PassageSet | None]:
         nonce = prompts.new_nonce()
-        r_set = passage_set("retrieved", "R", trace.passages, nonce)
-        s_set = passage_set("research", "S", research, nonce) if research is not None else None
+        # what does not fit is chosen by relevance to the question (never to the answer: not shown here)
+        focus = trace.question
+        r_set = passage_set("retrieved", "R", trace.passages, nonce, focus)
+        s_set = passage_set("research", "S", research, nonce, focus) if research is not None else None
         asked = [s for s in (r_set, s_set) if s is not None and s.passages]
         catalogue = [
             (name, ", ".join(c.keywords) if c.keywords else "(anything else)")
@@ -222,8 +224,10 @@ class LLMJudge:
 
     async def _grounding(self, trace: Trace, usage: Usage) -> GroundingReply:
         nonce = prompts.new_nonce()
-        r_set = passage_set("retrieved", "R", trace.passages, nonce)
-        calls, t_blocks = tool_blocks(trace, nonce)
+        # the answer's claims are what must be found: what does not fit is chosen by relevance to both
+        focus = f"{trace.question}\n{trace.answer}"
+        r_set = passage_set("retrieved", "R", trace.passages, nonce, focus)
+        calls, t_blocks = tool_blocks(trace, nonce, focus)
         answer = prompts.clean(trace.answer, CAP_ANSWER, nonce)
         system = prompts.render("grounding_system.j2", product=self.product, nonce=nonce)
         user = prompts.render(

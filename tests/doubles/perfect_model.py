@@ -1,0 +1,331 @@
+"""A *perfect model* stand-in: an OpenAI-compatible server that answers the `llm` judge's prompts
+from the labels of the evaluation set (evals/kubeflow), for measuring the job's ceiling.
+
+    with PerfectModel(cases, corpus) as model:
+        env["OPENAI_BASE_URL"] = model.url        # ends in /v1, as the openai client wants it
+        ...                                       # run `triage feedback --judge llm|cascade`
+        model.unknown                             # questions it could not place (should be [])
+
+    python tests/doubles/perfect_model.py [--port 8765]   # serve it until Ctrl-C
+
+What it may use, and nothing else (so that a miss is the job's fault, never an oracle's luck):
+
+- the prompt it is sent: the question, the comment, the passage sets with the ids shown, the tool
+  calls and the answer, exactly as the judge rendered them;
+- the labels of the one case the question identifies: the facts, the component and the `needs`
+  strings (the short exact strings of the answering passage).
+
+It does not read the corpus, the answer sources' URLs or the trace: which passage holds the answer
+is decided only by finding every `needs` string in the passages of the set it was shown
+(case-insensitive, whitespace-normalised, the verifier's rule for `retrieved_has_answer`). So if a
+cap, a truncation or a missed re-search keeps the answering text out of the prompt, the perfect
+model says "no answer" like any honest model would, and the ceiling shows it.
+
+Its replies, per call:
+
+- containment (call A), per set asked: `contains_answer` when the set's passages together hold
+  every `needs` string, citing the fewest passages that do (greedy cover, best covering first), each
+  with a quote copied from the passage around a needed string; `partial` when they hold some;
+  `no_answer` otherwise, and always for a case with no `needs` (a content gap). The component is the
+  labelled one; `injection_suspected` follows the case's injection tags.
+- grounding (call B): the labelled `answer_grounded` and `answer_declined`. A grounded answer's
+  claims are the `needs` strings it contains, each `supported` with a quote from the block (R.. or
+  T..) where it was found; a needed string found in no block it was shown is `unsupported` (the
+  answer cannot be shown to rest on text the judge never saw). An ungrounded answer gets one
+  `unsupported` claim. A declining answer's quote is its sentence that declines (a phrase list),
+  else its first sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import threading
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `tests` and `triage` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.doubles.openai_server import Block, OpenAIServer, Reply, asked_sets, call_kind, data_blocks
+
+INJECTION_TAGS = frozenset(
+    {
+        "adversarial:injection_comment",
+        "adversarial:injection_answer",
+        "adversarial:injection_passage",
+        "adversarial:injection_tool_output",
+        "adversarial:forged_verdict",
+    }
+)
+
+_NONCE = re.compile(r'nonce="([0-9a-f]+)"')
+_DECLINE = re.compile(
+    r"(?:\b(?:not|n't|no|nothing|unable|cannot|can't|couldn't)\b[^.!?\n]*"
+    r"\b(?:find|found|cover|covers|covered|document|documented|documents|mention|mentions|mentioned|"
+    r"describe|describes|described|information|sure|know|list|lists|listed|say|says)\b)",
+    re.IGNORECASE,
+)
+_SENTENCE = re.compile(r"[^.!?\n。！？]+[.!?。！？]?")
+
+
+def question_key(text: str) -> str:
+    """A question as the judge's prompt shows it and as the case holds it, made comparable: no
+    invisible or control characters (the prompt strips them), whitespace collapsed, case folded."""
+    kept = "".join(ch for ch in text if unicodedata.category(ch) not in {"Cc", "Cf", "Co", "Cs"})
+    return " ".join(kept.split()).casefold()
+
+
+def _norm(text: str) -> str:
+    """The comparison form of `needs` matching (the verifier's: whitespace-normalised, lower case)."""
+    return " ".join(text.split()).lower()
+
+
+def _quote_around(text: str, need: str, width: int = 12) -> str | None:
+    """A quote copied from `text` (whitespace collapsed, as the judge's quote check normalises)
+    that holds `need`, with a little context so it is never shorter than the check's minimum."""
+    flat = " ".join(text.split())
+    at = flat.lower().find(_norm(need))
+    if at < 0:
+        return None
+    end = at + len(_norm(need))
+    if end - at < 20:
+        at, end = max(0, at - width), min(len(flat), end + width)
+    return flat[at:end].strip()
+
+
+class _Case:
+    def __init__(self, case: Mapping[str, Any]) -> None:
+        self.id: str = case["id"]
+        self.facts: Mapping[str, Any] = case["facts"]
+        self.component: str = case["component"]
+        self.needs: list[str] = list(case["needs"])
+        self.injection = bool(INJECTION_TAGS & set(case.get("tags", [])))
+
+
+class PerfectResponder:
+    """The reply logic, a function of the request body (usable without a server)."""
+
+    def __init__(self, cases: Iterable[Mapping[str, Any]]) -> None:
+        self.cases: dict[str, _Case] = {}
+        for case in cases:
+            key = question_key(case["question"])
+            if key in self.cases:
+                raise ValueError(f"two cases share a question: {self.cases[key].id} and {case['id']}")
+            self.cases[key] = _Case(case)
+        self.unknown: list[str] = []
+        self.seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Reply | dict[str, Any]:
+        messages = body.get("messages", [])
+        system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+        user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+        nonce = found.group(1) if (found := _NONCE.search(system)) else None
+        blocks = data_blocks(user, nonce)
+        question = next((b.value for b in blocks if b.tag == "question"), None)
+        case = self.cases.get(question_key(question)) if isinstance(question, str) else None
+        if case is None:  # not one of the set's questions: nothing it may answer from
+            with self._lock:
+                self.unknown.append(str(question)[:200])
+            return Reply.status_error(400, "the perfect model does not know this question")
+        with self._lock:
+            self.seen[case.id] = self.seen.get(case.id, 0) + 1
+        if call_kind(body) == "grounding":
+            return self.grounding(case, blocks)
+        return self.containment(case, blocks, asked_sets(body), body)
+
+    # -- call A ---------------------------------------------------------------------------------
+
+    def containment(
+        self, case: _Case, blocks: Sequence[Block], sets: Sequence[str], body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        reply: dict[str, Any] = {
+            "injection_note": "an instruction or a verdict planted in the data" if case.injection else "",
+            "injection_suspected": case.injection,
+        }
+        passages = [b for b in blocks if b.tag == "passage"]
+        for key, prefix in (("retrieved", "R"), ("research", "S")):
+            if key not in sets:
+                continue
+            shown = [(b.attrs.get("id", ""), _passage_texts(b)) for b in passages]
+            reply[key] = set_verdict(case.needs, [(i, t) for i, t in shown if i.startswith(prefix)])
+        names = _component_names(body)
+        name = case.component if not names or case.component in names else names[-1]
+        reply["component"] = {"reasoning": "the labelled component", "name": name}
+        return reply
+
+    # -- call B ---------------------------------------------------------------------------------
+
+    def grounding(self, case: _Case, blocks: Sequence[Block]) -> dict[str, Any]:
+        answer = next((b.value for b in blocks if b.tag == "answer"), "")
+        answer = answer if isinstance(answer, str) else json.dumps(answer)
+        sources: list[tuple[str, list[str]]] = []
+        for block in blocks:
+            if block.tag == "passage":
+                sources.append((block.attrs.get("id", ""), _passage_texts(block)))
+            elif block.tag == "tool_call":
+                sources.append((block.attrs.get("id", ""), _tool_texts(block)))
+        claims: list[dict[str, str]] = []
+        if case.facts["answer_grounded"]:
+            for need in case.needs:
+                if _norm(need) not in _norm(answer):
+                    continue
+                cited = _find(need, sources)
+                if cited is None:
+                    claims.append({"claim": need, "status": "unsupported", "source_id": "", "quote": ""})
+                else:
+                    claims.append(
+                        {"claim": need, "status": "supported", "source_id": cited[0], "quote": cited[1]}
+                    )
+            bad = any(c["status"] != "supported" for c in claims)
+            verdict = "ungrounded" if bad else "grounded" if claims else "no_factual_claims"
+        else:
+            first = next((s.strip() for s in _SENTENCE.findall(answer) if s.strip()), answer.strip())
+            claims.append(
+                {
+                    "claim": first[:200] or "(the answer)",
+                    "status": "unsupported",
+                    "source_id": "",
+                    "quote": "",
+                }
+            )
+            verdict = "ungrounded"
+        declined = bool(case.facts["answer_declined"])
+        quote = _decline_quote(answer) if declined else ""
+        return {
+            "injection_note": "an instruction or a verdict planted in the data" if case.injection else "",
+            "injection_suspected": case.injection,
+            "claims": claims,
+            "grounding": {"reasoning": "the labelled grounding", "verdict": verdict, "confidence": "high"},
+            "declined": {
+                "reasoning": "the labelled decline",
+                "verdict": "declined" if declined else "not_declined",
+                "quote": quote,
+                "confidence": "high",
+            },
+        }
+
+
+def set_verdict(needs: Sequence[str], passages: Sequence[tuple[str, list[str]]]) -> dict[str, Any]:
+    """One set's containment verdict: the fewest passages that together hold every needed string."""
+    holds = {pid: {n for n in needs if any(_norm(n) in _norm(t) for t in texts)} for pid, texts in passages}
+    covered = set().union(*holds.values()) if holds else set()
+    if not needs or not covered:
+        return {
+            "reasoning": "no passage states what is asked",
+            "verdict": "no_answer",
+            "evidence": [],
+            "confidence": "high",
+        }
+    left, evidence = set(needs) & covered, []
+    texts = dict(passages)
+    while left:
+        pid = max(holds, key=lambda p: len(holds[p] & left))  # ties: the first shown
+        for need in sorted(holds[pid] & left, key=list(needs).index):
+            quote = next(q for t in texts[pid] if (q := _quote_around(t, need)))
+            evidence.append({"passage_id": pid, "quote": quote})
+        left -= holds[pid]
+    complete = covered >= set(needs)
+    return {
+        "reasoning": "the cited passages state every needed string" if complete else "some of it only",
+        "verdict": "contains_answer" if complete else "partial",
+        "evidence": evidence,
+        "confidence": "high",
+    }
+
+
+def _passage_texts(block: Block) -> list[str]:
+    data = block.value
+    return [str(data.get("text", "")), str(data.get("title", ""))] if isinstance(data, dict) else [str(data)]
+
+
+def _tool_texts(block: Block) -> list[str]:
+    data = block.value
+    if not isinstance(data, dict):
+        return [str(data)]
+    return [str(data.get("output") or ""), json.dumps(data.get("arguments"), ensure_ascii=False)]
+
+
+def _find(need: str, sources: Sequence[tuple[str, list[str]]]) -> tuple[str, str] | None:
+    for sid, texts in sources:
+        for text in texts:
+            if (quote := _quote_around(text, need)) is not None:
+                return sid, quote
+    return None
+
+
+def _decline_quote(answer: str) -> str:
+    sentences = [s.strip() for s in _SENTENCE.findall(answer) if len(s.strip()) >= 8]
+    return next((s for s in sentences if _DECLINE.search(s)), sentences[0] if sentences else answer.strip())
+
+
+def _component_names(body: Mapping[str, Any]) -> list[str]:
+    schema = body.get("response_format", {}).get("json_schema", {}).get("schema", {})
+    names = schema.get("properties", {}).get("component", {}).get("properties", {}).get("name", {})
+    return list(names.get("enum") or [])
+
+
+class PerfectModel:
+    """The perfect model served on 127.0.0.1: `url` is the base URL for OPENAI_BASE_URL.
+
+    `corpus` is accepted for symmetry with the verifier (`PerfectModel(cases, corpus)`) and is never
+    read: the model answers from the prompt and the labels alone (see the module docstring)."""
+
+    def __init__(
+        self,
+        cases: Iterable[Mapping[str, Any]],
+        corpus: object = None,
+        *,
+        latency: float = 0.0,
+        port: int = 0,
+    ) -> None:
+        self.responder = PerfectResponder(cases)
+        self.corpus = corpus
+        self.server = OpenAIServer(responder=self.responder, latency=latency, port=port, estimate_tokens=True)
+
+    @property
+    def url(self) -> str:
+        return self.server.url + "/v1"
+
+    @property
+    def unknown(self) -> list[str]:
+        return self.responder.unknown
+
+    @property
+    def calls(self) -> int:
+        return self.server.calls
+
+    def __enter__(self) -> PerfectModel:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+
+def load_cases(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    root = Path(__file__).resolve().parents[2]
+    parser = argparse.ArgumentParser(description="Serve the perfect model for the evaluation set.")
+    parser.add_argument("--cases", type=Path, default=root / "evals" / "kubeflow" / "cases.jsonl")
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args(argv)
+    with PerfectModel(load_cases(args.cases), port=args.port) as model:
+        print(f"OPENAI_BASE_URL={model.url} OPENAI_API_KEY=perfect TRIAGE_JUDGE_MODEL=perfect", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The ceiling: with a perfect model (tests/doubles/perfect_model.py) behind the `llm` and the
+`cascade` judge, the real CLI lands every case of the evaluation set on its layer.
+
+The whole set (94 cases) through `triage feedback` twice, against the perfect model through the
+real `openai` client: about 10 s a judge on 2 cores. Skips where ../shared/corpus is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.doubles.perfect_model import PerfectModel
+from tests.test_llm_judge import base_for, make_judge
+from triage.domain.records import Passage, ToolCall, Trace
+from triage.errors import JudgeError
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+CASES = [
+    json.loads(line)
+    for line in (ROOT / "evals" / "kubeflow" / "cases.jsonl").read_text().splitlines()
+    if line
+]
+
+#: cases the job still gets wrong with a perfect model, and why. kf-039: the answer ("the pipeline
+#: job name", `dsl.PIPELINE_JOB_NAME_PLACEHOLDER`) shares no rare word with the question ("the name
+#: of the pipeline run"); the lexical re-search ranks its chunk 173rd at best, so the index looks
+#: like it lacks the answer (content_gap_hallucination instead of retrieval). A semantic re-search
+#: (the agent's MCP server, if it has one) would find it; the embedded BM25 index cannot.
+KNOWN_MISSES = {"kf-039"}
+
+
+@pytest.fixture(scope="module")
+def ceiling() -> str:
+    if not (CORPUS / "kubeflow-docs").is_dir():
+        pytest.skip(
+            f"the shared corpus is not here ({CORPUS}); the evaluation set renders its traces from it"
+        )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "evalset.py"), "--judge", "llm", "--judge", "cascade",
+         "--no-replay", "--misses", "--figures"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _misses(stdout: str, judge: str) -> set[str]:
+    block = stdout.split(f"{judge}, misses (true -> found):", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"^  (kf-\d{3}) ", block, re.MULTILINE))
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.corpus]
+
+
+@pytest.mark.parametrize("judge", ["llm-perfect", "cascade-perfect"])
+def test_every_case_lands_on_its_layer_with_a_perfect_model(ceiling: str, judge: str) -> None:
+    assert "did not know" not in ceiling  # the perfect model recognised every question
+    right = len(CASES) - len(KNOWN_MISSES)
+    assert f"| {judge} | all | {len(CASES)} | {right} |" in ceiling, ceiling
+    assert _misses(ceiling, judge) == KNOWN_MISSES
+
+
+def test_every_cascade_shortcut_is_right_wherever_it_fires(ceiling: str) -> None:
+    lines = ceiling.split("cascade shortcuts on the whole set", 1)[1].strip().splitlines()[1:]
+    figures = dict(re.findall(r"^  (.+?): (\d+/\d+ = [\d.]+|never fires)", "\n".join(lines), re.MULTILINE))
+    assert len(figures) == 4, lines
+    for name, figure in figures.items():
+        assert figure == "never fires" or figure.endswith("= 1.00"), f"{name}: {figure}"
+
+
+def test_the_re_search_finds_the_answer_of_every_case_but_the_known_miss(ceiling: str) -> None:
+    found = re.search(r"shown to the judge in (\d+) ", ceiling)
+    total = re.search(r"on (\d+) index-has-answer cases", ceiling)
+    assert found and total
+    assert int(found.group(1)) == int(total.group(1)) - len(KNOWN_MISSES)
+    assert set(re.findall(r"re-search miss: (kf-\d{3})", ceiling)) == KNOWN_MISSES
+
+
+# --- the perfect model is honest: it finds the answer only in what the prompt shows ---------------
+
+CASE = {
+    "id": "kf-900",
+    "question": "Which port must a custom notebook image listen on?",
+    "facts": {"answer_grounded": True, "answer_declined": False},
+    "component": "notebooks",
+    "needs": ["port `8888`", "NB_PREFIX"],
+    "tags": [],
+}
+ANSWERING = "Images must expose an HTTP interface on port `8888`; Kubeflow sets `NB_PREFIX` at runtime."
+
+
+def _trace(text: str) -> Trace:
+    passage = Passage(id="R1", collection="docs", source_url="https://www.kubeflow.org/docs/components/notebooks/x/",
+                      title="Container images", text=text)  # fmt: skip
+    call = ToolCall(id="o1", name="search_kubeflow_docs", args={"query": "notebook image port"},
+                    output=f"### Result 1\n**Source:** {passage.source_url}\n\n{text}", collection="docs")  # fmt: skip
+    answer = "Listen on port `8888` under the `NB_PREFIX` path."
+    return Trace(id="t", question=CASE["question"], answer=answer, tool_calls=[call], passages=[passage])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("text", "holds"),
+    [
+        (ANSWERING, True),
+        ("Images must expose an HTTP interface; Kubeflow sets `NB_PREFIX` at runtime.", False),  # one missing
+        ("x " * 3000 + ANSWERING, True),  # deep in a long passage: found because the judge shows it
+    ],
+)
+async def test_the_perfect_model_cites_only_what_it_was_shown(text: str, holds: bool) -> None:
+    with PerfectModel([CASE]) as model:
+        async with openai.AsyncOpenAI(base_url=model.url, api_key="test") as client:
+            trace = _trace(text)
+            facts = await make_judge(client).judge(trace, [], None, base_for(trace))
+        assert model.unknown == []
+    assert facts.retrieved_has_answer is holds
+    # grounded as labelled only where the needed strings it cites were shown
+    assert facts.answer_grounded is holds
+    if holds:
+        assert facts.evidence["retrieved_has_answer"].passage_ids == ["R1"]
+
+
+@pytest.mark.anyio
+async def test_the_perfect_model_refuses_a_question_it_does_not_know() -> None:
+    with PerfectModel([CASE]) as model:
+        async with openai.AsyncOpenAI(base_url=model.url, api_key="test") as client:
+            trace = _trace(ANSWERING).model_copy(update={"question": "Something else entirely?"})
+            with pytest.raises(JudgeError):  # a 400: the trace is listed, never judged from nothing
+                await make_judge(client, max_retries=0).judge(trace, [], None, base_for(trace))
+        assert set(model.unknown) == {"Something else entirely?"}
