@@ -69,6 +69,15 @@ class EvalOptions:
     keep: Path | None = None  # keep each judge's store, facts and log here
 
 
+_LABELLED = re.compile(r"^([A-Za-z0-9_.-]{1,40})=(.+)$")
+
+
+def split_label(judge: str) -> tuple[str, str]:
+    """`label=spec` names a run (`llm-perfect=llm`); a bare spec is its own label."""
+    found = _LABELLED.match(judge)
+    return (found[1], found[2]) if found else (judge, judge)
+
+
 def _slug(judge: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", judge.split(":")[0]).strip("-") or "judge"
 
@@ -122,7 +131,8 @@ def _run_judge(
     env: Mapping[str, str],
     work: Path,
 ) -> _Run:
-    slug = _slug(judge)
+    label, judge = split_label(judge)
+    slug = _slug(label)
     store = work / f"{slug}.sqlite"
     now = datetime.now(UTC)
     shift = vote_shift(eval_set.traces, now)
@@ -157,10 +167,10 @@ def _run_judge(
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return _Run(judge, -1, {}, {}, f"triage feedback did not finish within {options.timeout_seconds:.0f} s")
+        return _Run(label, -1, {}, {}, f"triage feedback did not finish within {options.timeout_seconds:.0f} s")
     (work / f"{slug}.log").write_text(done.stderr, encoding="utf-8")
     if not summary_file.is_file():
-        return _Run(judge, done.returncode, {}, {}, done.stderr[-MAX_ERROR_CHARS:] or "no summary written")
+        return _Run(label, done.returncode, {}, {}, done.stderr[-MAX_ERROR_CHARS:] or "no summary written")
     summary = json.loads(summary_file.read_text(encoding="utf-8"))
     with Store(store) as db:
         names = [config.scores.layer, config.scores.component]
@@ -169,7 +179,7 @@ def _run_judge(
     decisions = decisions_from_scores(
         rows, scores.layer, config.rule_version, config.agent.issues_collection, scores.component
     )
-    return _Run(judge, done.returncode, decisions, summary, None)
+    return _Run(label, done.returncode, decisions, summary, None)
 
 
 def _one_split(

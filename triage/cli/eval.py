@@ -18,8 +18,8 @@ from triage.errors import ExitCode
     "--judge",
     "judges",
     multiple=True,
-    metavar="heuristic|llm|cascade|replay|replay:FILE",
-    help="A judge to run (repeat for several). Default: heuristic and replay (the labels' own facts).",
+    metavar="[LABEL=]heuristic|llm|cascade|replay|replay:FILE",
+    help="A judge to run (repeat for several), optionally named (llm-perfect=llm). Default: heuristic and replay.",
 )
 @click.option("--split", help="Only the labels of this split (for example dev or test). Default: each, and all.")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True, help="Traces judged at once.")
