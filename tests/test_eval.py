@@ -50,7 +50,8 @@ def _set(folder: Path) -> Path:
            "answer_declined": True, "component": "katib"}  # fmt: skip
     labels: list[dict[str, Any]] = [
         {"trace_id": "e0", "layer": "ok", "facts": ok, "component": "katib", "split": "dev"},
-        {"trace_id": "e1", "layer": "ok", "facts": ok, "component": "katib", "split": "dev"},
+        # the layer right, the component not: the facts (replayed) name katib, the label pipelines
+        {"trace_id": "e1", "layer": "ok", "facts": ok, "component": "pipelines", "split": "dev"},
         {"trace_id": "e2", "layer": "content_gap_handled", "facts": gap, "component": "katib", "split": "test"},
         # the labeller says retrieval, but the facts given to replay say ok: replay must miss it
         {"trace_id": "e3", "layer": "retrieval", "facts": ok, "component": "pipelines", "split": "test"},
@@ -76,7 +77,8 @@ def test_eval_runs_each_judge_through_the_cli_and_scores_it_per_split(tmp_path: 
     replay = runs["replay", "all"]
     assert (replay["cases"], replay["triaged"], replay["layer"]["agreed"]) == (4, 4, 3)
     assert [(m["trace_id"], m["human"], m["judge"]) for m in replay["misses"]] == [("e3", "retrieval", "ok")]
-    assert replay["component_accuracy"] == 0.75  # e3's label says pipelines, its facts say katib
+    assert replay["component_accuracy"] == 0.5  # e1's and e3's labels say pipelines, their facts katib
+    assert [(m["trace_id"], m["judge_component"]) for m in replay["component_misses"]] == [("e1", "katib")]
     assert runs["replay", "dev"]["layer"]["accuracy"] == 1.0 and runs["replay", "test"]["cases"] == 2
     assert runs["heuristic", "all"]["triaged"] == 4  # searched the set's own index
 

@@ -193,6 +193,7 @@ def _one_split(
     report = calibrate(chosen, run.decisions)
     components = owners_right = with_component = 0
     misses = []
+    component_misses = []
     for label in chosen:
         decision = run.decisions.get(label.trace_id)
         component = raw.get(label.trace_id, {}).get("component")
@@ -202,16 +203,19 @@ def _one_split(
             components += decision is not None and decision.component == component
             expected = owners(label.layer, component, config)
             owners_right += decision is not None and decision.owners == expected
-        if label.layer is not None and found != label.layer.value:
-            misses.append(
-                EvalMiss(
-                    trace_id=label.trace_id,
-                    human=label.layer.value,
-                    judge=found if decision is not None else "not triaged",
-                    human_component=component if isinstance(component, str) else None,
-                    judge_component=decision.component if decision is not None else None,
-                )
-            )
+        if label.layer is None:
+            continue
+        miss = EvalMiss(
+            trace_id=label.trace_id,
+            human=label.layer.value,
+            judge=found if decision is not None else "not triaged",
+            human_component=component if isinstance(component, str) else None,
+            judge_component=decision.component if decision is not None else None,
+        )
+        if found != label.layer.value:
+            misses.append(miss)
+        elif isinstance(component, str) and decision is not None and decision.component != component:
+            component_misses.append(miss)
     triaged = sum(lab.trace_id in run.decisions for lab in chosen)
     calls = run.summary.get("judge_calls")
     total = run.summary.get("triaged")
@@ -228,6 +232,7 @@ def _one_split(
         exit_code=run.exit_code,
         error=run.error,
         misses=misses,
+        component_misses=component_misses,
     )
 
 

@@ -155,6 +155,8 @@ class EvalRun(_Record):
     exit_code: int
     error: str | None = None
     misses: list[EvalMiss] = Field(default_factory=list)
+    #: traces whose layer is right but whose component is not
+    component_misses: list[EvalMiss] = Field(default_factory=list)
 
 
 class EvalReport(_Record):
