@@ -9,6 +9,7 @@ items: a rerun writes nothing (in Langfuse every write makes a new item version)
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -70,7 +71,8 @@ class DatasetSink(Protocol):
 def regression_item_id(dataset_name: str, trace_id: str) -> str:
     """The item of `trace_id` in `dataset_name`: one id per (dataset, trace), so the same trace can be
     a case in two datasets without the ids colliding project-wide. Fixed forever (like score ids)."""
-    return str(uuid.uuid5(NAMESPACE, f"regression:{dataset_name}:{trace_id}"))
+    # JSON, not a separator: dataset "a:b" with trace "c" and dataset "a" with trace "b:c" differ
+    return str(uuid.uuid5(NAMESPACE, "regression:" + json.dumps([dataset_name, trace_id], ensure_ascii=False)))
 
 
 PromoteAction = Literal["created", "updated", "unchanged", "skipped", "failed"]
