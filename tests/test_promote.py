@@ -395,3 +395,20 @@ def test_hostile_text_cannot_change_the_markdown(tmp_path: Path) -> None:
     assert all(line.replace("\\|", "").count("|") == 8 for line in rows)  # 7 cells, none split
     assert "<script>" not in text and "\\[link\\](http\\://evil)" in text  # no tag, no link, no autolink
     assert not any(line.startswith("# heading") for line in text.splitlines())
+
+
+def test_a_triage_score_from_before_the_window_still_gives_the_layer(tmp_path: Path) -> None:
+    """A layer score carries its trace's start time: a trace of 35 days ago reviewed today keeps its layer."""
+    old = record("t-old", "q?", "a.", review("t-old", "ana", "negative", corrected_answer="b."))
+    for row in triaged("t-old", "retrieval", "general"):
+        row["timestamp"] = iso(NOW - timedelta(days=35))
+        old["scores"].append(row)
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        store.import_lines([json.dumps(old)], "t")
+        result = promote_from(
+            store, store, store, load_config(None), PromoteOptions(since_hours=24 * 7), target="store", now=NOW
+        )
+        (item,) = store.dataset_items(DATASET).values()
+    assert [(c.trace_id, c.action, c.layer) for c in result.cases] == [("t-old", "created", "retrieval")]
+    assert item.metadata["layer"] == "retrieval" and item.expected_output["answer"] == "b."

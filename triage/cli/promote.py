@@ -42,7 +42,7 @@ from triage.domain.records import Layer
     type=click.FloatRange(min=0, max=24 * 366, min_open=True),
     default=24.0 * 30,
     show_default=True,
-    help="Read the scores (verdicts, corrections, triage_layer) of this window.",
+    help="Reviewers' scores of this window; the job's triage scores from 30 days further back.",
 )
 @click.option(
     "--jsonl",

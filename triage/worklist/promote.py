@@ -53,6 +53,8 @@ MAX_TRACE_INPUT_CHARS = 20_000
 MAX_ANSWER_CHARS = 4_000
 MAX_LISTED = 20  # sources, claims, tool calls kept per item
 MAX_ARG_CHARS = 500
+#: how far before the window the job's triage scores are read (as `triage calibrate` does)
+TRIAGE_LOOKBACK = timedelta(days=30)
 
 #: one sentence per layer: what an answer to this question must do to pass
 EXPECTATIONS: dict[Layer, str] = {
@@ -300,9 +302,10 @@ def promote_from(
     link = link or traces.trace_url
     end = now or datetime.now(UTC)
     start = end - timedelta(hours=options.since_hours)
-    wanted = [config.scores.layer, config.scores.component, names.verdict, names.correction]
-    wanted += [names.expected_tool_behavior, names.note]
-    triage, reviews = _gather(source.scores(wanted, start, end), config, names)
+    reviewed = [names.verdict, names.correction, names.expected_tool_behavior, names.note]
+    # a triage score is stamped with its trace's start, which may be well before the review
+    judged = source.scores([config.scores.layer, config.scores.component], start - TRIAGE_LOOKBACK, end)
+    triage, reviews = _gather([*judged, *source.scores(reviewed, start, end)], config, names)
 
     candidates = set(options.traces)
     if options.corrections:
