@@ -17,6 +17,8 @@ from triage.calibration.calibrate import CalibrateOptions, calibrate_from
 from triage.calibration.queue import QueueOptions, QueueResult, run_queue
 from triage.domain.calibration import CalibrationReport
 from triage.domain.config import IndexFolder, TriageConfig
+from triage.domain.conversations import ConversationList
+from triage.domain.datasets import DatasetSink, PromoteResult
 from triage.domain.outcome import RunResult
 from triage.domain.ports import Backend, Judge, Searcher
 from triage.engine.options import RunOptions
@@ -28,6 +30,8 @@ from triage.search.index import Index
 from triage.search.local import LocalSearcher
 from triage.settings import Settings
 from triage.sources.store import Store, vote_shift
+from triage.worklist.promote import PromoteOptions, promote_from
+from triage.worklist.votes import VotesOptions, list_conversations
 
 DEMO_DIR = Path(__file__).parent / "demo"
 
@@ -190,3 +194,28 @@ def calibrate(settings: Settings, config: TriageConfig, options: CalibrateOption
         return calibrate_from(None, config, options)
     with open_backend(settings, Budget(settings.triage_retry_budget_seconds)) as backend:
         return calibrate_from(backend, config, options, link=backend.trace_url)
+
+
+def promote(
+    settings: Settings, config: TriageConfig, options: PromoteOptions, jsonl: Path | None = None
+) -> PromoteResult:
+    """The one core call behind `triage promote`: cases read from the backend, written to its
+    datasets (Langfuse, or the embedded store's dataset_items) or to a JSONL file."""
+    with open_backend(settings, Budget(settings.triage_retry_budget_seconds)) as backend:
+        sink: DatasetSink
+        if jsonl is not None:
+            from triage.sinks.dataset_file import DatasetFile
+
+            sink, target = DatasetFile(jsonl), f"JSONL file {jsonl}"
+        elif isinstance(backend, DatasetSink):
+            sink = backend
+            target = f"Langfuse {settings.langfuse_base_url}" if settings.uses_langfuse else "the embedded store"
+        else:
+            raise ConfigError("this backend cannot hold datasets: use --jsonl FILE")
+        return promote_from(backend, backend, sink, config, options, target=target)
+
+
+def votes(settings: Settings, config: TriageConfig, options: VotesOptions) -> ConversationList:
+    """The one core call behind `triage votes`."""
+    with open_backend(settings, Budget(settings.triage_retry_budget_seconds)) as backend:
+        return list_conversations(backend, backend, config.scores.vote, options)

@@ -562,6 +562,10 @@ class LangfuseStandIn:
             return self._post_scores(body)
         if path.startswith(("/api/public/score-configs", "/api/public/annotation-queues")):
             return self._route_review(method, path, query, body)
+        # -- datasets and the legacy trace list (triage promote, triage votes): see their block below
+        routed = self._route_datasets(method, path, query, body)
+        if routed is not None:
+            return routed
         raise HttpProblem(404 if method in {"GET", "POST"} else 405, "Not Found")
 
     # ----------------------------------------------------------------- endpoints
@@ -1167,6 +1171,201 @@ class LangfuseStandIn:
         return copy.deepcopy(item)
 
 
+    # ----------------------------------------------------------------- datasets (triage promote)
+    #
+    # As the server does (web/src/pages/api/public/dataset-items, v2/datasets): a dataset upserts on
+    # its name; a dataset item upserts on its id, which is unique in the PROJECT: an id held by
+    # another dataset is a 404 naming it, a missing dataset a 404 "Dataset not found"; fields sent
+    # as null are left as they are (`?? undefined`), a new item is ACTIVE; every write is a new
+    # item version (`dataset_item_versions`). Listing pages by number (from 1, limit <= 100),
+    # newest item first. Also the legacy trace list (`GET /api/public/traces`, Langfuse v3).
+
+    def _dataset_state(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        """(datasets by name, items by id), made on first use (kept out of __init__ for merging)."""
+        with self._lock:
+            if "_datasets" not in self.__dict__:
+                self._datasets: dict[str, dict[str, Any]] = {}
+                self._dataset_items: dict[str, dict[str, Any]] = {}
+                self.dataset_item_versions: dict[str, int] = {}
+            return self._datasets, self._dataset_items
+
+    def dataset_items_of(self, name: str) -> list[dict[str, Any]]:
+        """The items of one dataset (copies), for assertions."""
+        _, items = self._dataset_state()
+        with self._lock:
+            return [copy.deepcopy(i) for i in items.values() if i["datasetName"] == name]
+
+    def _route_datasets(
+        self, method: str, path: str, query: dict[str, list[str]], body: bytes
+    ) -> tuple[int, Any] | None:
+        if method == "GET" and path.startswith("/api/public/v2/datasets/"):
+            return 200, self._get_dataset(path.removeprefix("/api/public/v2/datasets/"))
+        if method == "POST" and path == "/api/public/v2/datasets":
+            return 200, self._post_dataset(_json_body(body))
+        if method == "GET" and path == "/api/public/dataset-items":
+            return 200, self._list_dataset_items(query)
+        if method == "POST" and path == "/api/public/dataset-items":
+            if len(body) > 4_500_000:
+                raise HttpProblem(413, "Request body larger than 4.5 MB")
+            return 200, self._post_dataset_item(_json_body(body))
+        if method == "GET" and path.startswith("/api/public/dataset-items/"):
+            _, items = self._dataset_state()
+            with self._lock:
+                item = items.get(path.removeprefix("/api/public/dataset-items/"))
+                if item is None:
+                    raise HttpProblem(404, "Dataset item not found")
+                return 200, self._dataset_item_body(item)
+        if method == "GET" and path == "/api/public/traces":
+            return 200, self._legacy_trace_list(query)
+        return None
+
+    def _dataset_body(self, dataset: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": dataset["id"],
+            "name": dataset["name"],
+            "description": dataset["description"],
+            "metadata": dataset["metadata"],
+            "inputSchema": None,
+            "expectedOutputSchema": None,
+            "projectId": self.project_id,
+            "createdAt": iso(dataset["createdAt"]),
+            "updatedAt": iso(dataset["updatedAt"]),
+        }
+
+    def _get_dataset(self, name: str) -> dict[str, Any]:
+        datasets, _ = self._dataset_state()
+        with self._lock:
+            if name not in datasets:
+                raise HttpProblem(404, "Dataset not found")
+            return self._dataset_body(datasets[name])
+
+    def _post_dataset(self, payload: Any) -> dict[str, Any]:
+        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
+            raise HttpProblem(400, "Invalid request data: name is required")
+        datasets, _ = self._dataset_state()
+        now = _now()
+        with self._lock:
+            held = datasets.get(payload["name"])
+            if held is None:
+                held = datasets[payload["name"]] = {
+                    "id": str(uuid.uuid4()),
+                    "name": payload["name"],
+                    "description": None,
+                    "metadata": None,
+                    "createdAt": now,
+                }
+            for key in ("description", "metadata"):
+                if payload.get(key) is not None:
+                    held[key] = payload[key]
+            held["updatedAt"] = now
+            return self._dataset_body(held)
+
+    def _dataset_item_body(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **{k: item[k] for k in ("id", "status", "input", "expectedOutput", "metadata", "datasetId", "datasetName")},
+            "sourceTraceId": item["sourceTraceId"],
+            "sourceObservationId": item["sourceObservationId"],
+            "createdAt": iso(item["createdAt"]),
+            "updatedAt": iso(item["updatedAt"]),
+            "mediaReferences": [],
+        }
+
+    def _post_dataset_item(self, payload: Any) -> dict[str, Any]:
+        if not isinstance(payload, dict) or not isinstance(payload.get("datasetName"), str):
+            raise HttpProblem(400, "Invalid request data: datasetName is required")
+        item_id = payload.get("id")
+        if item_id is not None and (not isinstance(item_id, str) or len(item_id) > 255):
+            raise HttpProblem(400, "Invalid request data: id must be a string of at most 255 characters")
+        if payload.get("status") not in (None, "ACTIVE", "ARCHIVED"):
+            raise HttpProblem(400, "Invalid request data: status is ACTIVE or ARCHIVED")
+        datasets, items = self._dataset_state()
+        now = _now()
+        with self._lock:
+            dataset = datasets.get(payload["datasetName"])
+            if dataset is None:
+                raise HttpProblem(404, "Dataset not found")
+            item_id = item_id or str(uuid.uuid4())
+            held = items.get(item_id)
+            if held is not None and held["datasetId"] != dataset["id"]:
+                raise HttpProblem(
+                    404, f"The dataset item with id {item_id} already exists in a dataset other than {dataset['name']}"
+                )
+            if held is None:
+                held = items[item_id] = {
+                    "id": item_id,
+                    "status": "ACTIVE",
+                    "input": None,
+                    "expectedOutput": None,
+                    "metadata": None,
+                    "sourceTraceId": None,
+                    "sourceObservationId": None,
+                    "datasetId": dataset["id"],
+                    "datasetName": dataset["name"],
+                    "createdAt": now,
+                }
+            for key in ("input", "expectedOutput", "metadata", "sourceTraceId", "sourceObservationId", "status"):
+                if payload.get(key) is not None:
+                    held[key] = copy.deepcopy(payload[key])
+            held["updatedAt"] = now
+            self.dataset_item_versions[item_id] = self.dataset_item_versions.get(item_id, 0) + 1
+            return self._dataset_item_body(held)
+
+    def _list_dataset_items(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        q = {k: v[-1] for k, v in query.items()}
+        page = _int_param(q, "page", 1)
+        limit = _int_param(q, "limit", 50)
+        if page < 1 or not 0 <= limit <= 100:
+            raise HttpProblem(400, "page must be > 0 and limit <= 100")
+        datasets, items = self._dataset_state()
+        with self._lock:
+            dataset_id = None
+            if q.get("datasetName"):
+                if q["datasetName"] not in datasets:
+                    raise HttpProblem(404, "Dataset not found")
+                dataset_id = datasets[q["datasetName"]]["id"]
+            matched = [
+                i
+                for i in items.values()
+                if (dataset_id is None or i["datasetId"] == dataset_id)
+                and (not q.get("sourceTraceId") or i["sourceTraceId"] == q["sourceTraceId"])
+                and (not q.get("sourceObservationId") or i["sourceObservationId"] == q["sourceObservationId"])
+            ]
+            matched.sort(key=lambda i: (i["createdAt"], i["id"]), reverse=True)
+            chunk = matched[(page - 1) * limit : page * limit] if limit else []
+            data = [self._dataset_item_body(i) for i in chunk]
+        total = len(matched)
+        pages = math.ceil(total / limit) if limit else 0
+        return {"data": data, "meta": {"page": page, "limit": limit, "totalItems": total, "totalPages": pages}}
+
+    def _legacy_trace_list(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        q = {k: v[-1] for k, v in query.items()}
+        page = _int_param(q, "page", 1)
+        limit = _int_param(q, "limit", 50)
+        if page < 1 or not 1 <= limit <= 100:
+            raise HttpProblem(400, "page must be > 0 and limit between 1 and 100")
+        from_ts, to_ts = _time_param(q, "fromTimestamp"), _time_param(q, "toTimestamp")
+        with self._lock:
+            trace_ids = sorted({r["traceId"] for r in self._obs_rows if r.get("traceId")})
+        bodies = []
+        for trace_id in trace_ids:
+            body = self._legacy_trace_body(trace_id, self._trace_rows(trace_id))
+            stamp = parse_time(body["timestamp"])
+            if (from_ts and stamp < from_ts) or (to_ts and stamp >= to_ts):
+                continue
+            if q.get("sessionId") and body["sessionId"] != q["sessionId"]:
+                continue
+            body.update(htmlPath=f"/project/{self.project_id}/traces/{trace_id}", latency=None, totalCost=None)
+            bodies.append(body)
+        bodies.sort(key=lambda b: (b["timestamp"], b["id"]), reverse=True)
+        total = len(bodies)
+        return {
+            "data": bodies[(page - 1) * limit : page * limit],
+            "meta": {"page": page, "limit": limit, "totalItems": total, "totalPages": math.ceil(total / limit)},
+        }
+
+# --------------------------------------------------------------------------- filter evaluation
+
+
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9_ .()\-]{1,35}$")
 
 
@@ -1234,8 +1433,6 @@ def _config_problem(body: dict[str, Any]) -> str | None:
         return "category labels and values must be unique"
     return None
 
-
-# --------------------------------------------------------------------------- filter evaluation
 
 OBS_COLUMNS = {
     "id",
@@ -1392,6 +1589,13 @@ def _score_problem(score: Any) -> str | None:
         except ValueError:
             return "timestamp is not an ISO 8601 date-time"
     return None
+
+
+def _json_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as ex:
+        raise HttpProblem(400, "Invalid JSON body") from ex
 
 
 def _raw_string(value: Any) -> str | None:

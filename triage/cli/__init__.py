@@ -15,8 +15,10 @@ from triage.cli.demo import demo
 from triage.cli.eval import eval_
 from triage.cli.feedback import feedback
 from triage.cli.index import index
+from triage.cli.promote import promote
 from triage.cli.queue import queue
 from triage.cli.store import import_
+from triage.cli.votes import votes
 from triage.errors import ExitCode
 
 HELP = f"""Tell the owners of an LLM agent why its answers got a thumbs-down.
@@ -35,7 +37,7 @@ def cli() -> None:
     logs.current_format = "text"  # until a command configures its logging
 
 
-for command in (feedback, demo, import_, index, calibrate, eval_, queue):
+for command in (feedback, demo, import_, index, calibrate, eval_, queue, promote, votes):
     cli.add_command(command)
 
 

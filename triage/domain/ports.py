@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from triage.domain.conversations import TraceRef
 from triage.domain.records import (
     Facts,
     Observation,
@@ -65,6 +66,10 @@ class TraceSource(Protocol):
     def trace_url(self, trace_id: str) -> str | None:
         """A link to the trace in a UI, where there is one. No I/O: the link base is resolved when
         the source opens, so this is safe on the event loop."""
+        ...
+
+    def root_traces(self, start: datetime, end: datetime) -> list[TraceRef]:
+        """Every trace whose root observation started in [start, end), with its session (`triage votes`)."""
         ...
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from triage.domain.conversations import TraceRef
+from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, ScoreWrite, StoredScore, UnreadableTrace, Vote, WriteOutcome
 from triage.domain.scores import score_id
@@ -37,6 +39,15 @@ CREATE TABLE IF NOT EXISTS scores (
     timestamp TEXT NOT NULL, source TEXT, environment TEXT, createdAt TEXT, updatedAt TEXT
 );
 CREATE INDEX IF NOT EXISTS scores_name_time ON scores (name, timestamp);
+CREATE TABLE IF NOT EXISTS datasets (
+    name TEXT PRIMARY KEY, description TEXT, metadata TEXT, createdAt TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dataset_items (
+    id TEXT PRIMARY KEY, datasetName TEXT NOT NULL REFERENCES datasets (name), input TEXT,
+    expectedOutput TEXT, metadata TEXT, sourceTraceId TEXT, sourceObservationId TEXT,
+    status TEXT NOT NULL DEFAULT 'ACTIVE', createdAt TEXT NOT NULL, updatedAt TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dataset_items_dataset ON dataset_items (datasetName);
 """
 
 _OBS_FIELDS = (
@@ -362,6 +373,89 @@ class Store:
 
     def trace_url(self, trace_id: str) -> str | None:
         return None
+
+    def root_traces(self, start: datetime, end: datetime) -> list[TraceRef]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT traceId, sessionId, min(startTime) AS started FROM observations "
+                "WHERE parentObservationId IS NULL AND startTime >= ? AND startTime < ? "
+                "GROUP BY traceId ORDER BY started, traceId",
+                (iso(start), iso(end)),
+            ).fetchall()
+        return [
+            TraceRef(
+                trace_id=row["traceId"],
+                session_id=row["sessionId"] or None,
+                start_time=_parse_time(row["started"], "store"),
+            )
+            for row in rows
+        ]
+
+    # -- DatasetSink (`triage promote`): datasets and dataset_items, upserted by id as Langfuse does
+
+    def ensure_dataset(self, name: str, description: str, metadata: dict[str, Any]) -> bool:
+        with self._tx() as db:
+            cursor = db.execute(
+                "INSERT INTO datasets (name, description, metadata, createdAt) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                (name, description, json.dumps(metadata), iso(datetime.now(UTC))),
+            )
+            return cursor.rowcount == 1
+
+    def dataset_items(self, name: str) -> dict[str, DatasetItem]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM dataset_items WHERE datasetName = ? ORDER BY id", (name,)
+            ).fetchall()
+        return {
+            row["id"]: DatasetItem(
+                id=row["id"],
+                dataset_name=row["datasetName"],
+                input=json.loads(row["input"]) if row["input"] is not None else None,
+                expected_output=json.loads(row["expectedOutput"]) if row["expectedOutput"] is not None else None,
+                metadata=json.loads(row["metadata"]) if row["metadata"] else {},
+                source_trace_id=row["sourceTraceId"],
+                source_observation_id=row["sourceObservationId"],
+                status=row["status"],
+            )
+            for row in rows
+        }
+
+    def upsert_dataset_items(self, items: Sequence[DatasetItem]) -> DatasetWriteOutcome:
+        outcome = DatasetWriteOutcome()
+        now = iso(datetime.now(UTC))
+        with self._tx() as db:
+            for item in items:
+                held = db.execute("SELECT datasetName FROM dataset_items WHERE id = ?", (item.id,)).fetchone()
+                if held is not None and held["datasetName"] != item.dataset_name:
+                    # as Langfuse: an id is unique in the project and cannot move to another dataset
+                    outcome.failed[item.id] = (
+                        f"the dataset item with id {item.id} already exists in a dataset other than {item.dataset_name}"
+                    )
+                    continue
+                if db.execute("SELECT 1 FROM datasets WHERE name = ?", (item.dataset_name,)).fetchone() is None:
+                    outcome.failed[item.id] = f"dataset {item.dataset_name} not found"
+                    continue
+                db.execute(
+                    "INSERT INTO dataset_items (id, datasetName, input, expectedOutput, metadata, sourceTraceId, "
+                    "sourceObservationId, createdAt, updatedAt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET input = excluded.input, expectedOutput = excluded.expectedOutput, "
+                    "metadata = excluded.metadata, sourceTraceId = excluded.sourceTraceId, "
+                    "sourceObservationId = excluded.sourceObservationId, updatedAt = excluded.updatedAt",
+                    (
+                        item.id,
+                        item.dataset_name,
+                        json.dumps(item.input, ensure_ascii=False),
+                        json.dumps(item.expected_output, ensure_ascii=False),
+                        json.dumps(item.metadata, ensure_ascii=False),
+                        item.source_trace_id,
+                        item.source_observation_id,
+                        now,
+                        now,
+                    ),
+                )
+                outcome.written.append(item.id)
+        return outcome
 
     # -- ScoreReader ----------------------------------------------------------------------------
 

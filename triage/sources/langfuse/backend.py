@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import httpx
 
+from triage.domain.conversations import TraceRef
+from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, ScoreWrite, StoredScore, UnreadableTrace, Vote, WriteOutcome
 from triage.errors import ConfigError
 from triage.retry import Budget, Clock, RetryPolicy
 from triage.sources.langfuse.annotations import LangfuseAnnotations
+from triage.sources.langfuse.datasets import DatasetWrites
 from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
 from triage.sources.langfuse.links import LINKS_RETRY, TraceLinks
 from triage.sources.langfuse.scores import ScoreReads
@@ -76,6 +80,7 @@ class LangfuseBackend:
             clock=clock,
         )
         self._links = TraceLinks(self.base_url)
+        self._datasets = DatasetWrites(self._http)
         self._links_retry = LINKS_RETRY.with_(clock=clock, budget=budget)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -118,6 +123,9 @@ class LangfuseBackend:
     def trace_url(self, trace_id: str) -> str | None:
         return self._links.url(trace_id)
 
+    def root_traces(self, start: datetime, end: datetime) -> list[TraceRef]:
+        return self._traces.root_traces(start, end)
+
     # -- ScoreSink ------------------------------------------------------------------------------
 
     def triaged(self, trace_ids: Sequence[str], score_name: str, rule_version: str) -> set[str]:
@@ -130,3 +138,14 @@ class LangfuseBackend:
 
     def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
         return self._scores.scores(names, start, end)
+
+    # -- DatasetSink (`triage promote`) ----------------------------------------------------------
+
+    def ensure_dataset(self, name: str, description: str, metadata: dict[str, Any]) -> bool:
+        return self._datasets.ensure_dataset(name, description, metadata)
+
+    def dataset_items(self, name: str) -> dict[str, DatasetItem]:
+        return self._datasets.dataset_items(name)
+
+    def upsert_dataset_items(self, items: Sequence[DatasetItem]) -> DatasetWriteOutcome:
+        return self._datasets.upsert_dataset_items(items)

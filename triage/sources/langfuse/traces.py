@@ -10,11 +10,13 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
 import pydantic
 
+from triage.domain.conversations import TraceRef
 from triage.domain.records import Observation, UnreadableTrace
 from triage.errors import LangfuseError
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, paged
@@ -23,6 +25,7 @@ from triage.sources.langfuse.wire import (
     as_utc,
     chunks,
     id_batches,
+    iso_z,
     legacy_observation,
     newer_observation,
     v2_observation,
@@ -215,3 +218,63 @@ class TraceReads:
             except (KeyError, ValueError, AttributeError) as ex:
                 raise LangfuseError(f"{what}: a trace does not match the API contract: {ex}") from ex
         return out
+
+    # -- the traces of a window (`triage votes`) ------------------------------------------------
+
+    def root_traces(self, start: datetime, end: datetime) -> list[TraceRef]:
+        """The root observations started in [start, end): one per trace, with its session."""
+        what = "listing the traces of the window"
+        condition = [{"type": "boolean", "column": "isRootObservation", "operator": "=", "value": True}]
+        try:
+            rows = self._v2_rows(
+                what,
+                filter=json.dumps(condition),
+                fromStartTime=iso_z(start),
+                toStartTime=iso_z(end),
+                fields="core,basic,time",
+            )
+        except HttpStatus as ex:
+            raise fail(what, ex) from None
+        self.unreadable.clear()  # a listing only places traces; reading one reports its rows
+        if rows is None:
+            return self._legacy_traces(start, end)
+        refs: dict[str, TraceRef] = {}
+        for row in rows:
+            if not row.trace_id:
+                continue
+            held = refs.get(row.trace_id)
+            started = as_utc(row.start_time)
+            if held is None or (held.start_time is not None and started < held.start_time):
+                refs[row.trace_id] = TraceRef(trace_id=row.trace_id, session_id=row.session_id, start_time=started)
+        return sorted(refs.values(), key=lambda r: (r.start_time or start, r.trace_id))
+
+    def _legacy_traces(self, start: datetime, end: datetime) -> list[TraceRef]:
+        """`GET /api/public/traces` (Langfuse v3), page by page: its `timestamp` is the trace's start."""
+        refs: dict[str, TraceRef] = {}
+        page = 1
+        while True:
+            what = f"listing traces (legacy API, page {page})"
+            params = {
+                "fromTimestamp": iso_z(start),
+                "toTimestamp": iso_z(end),
+                "page": page,
+                "limit": SESSIONS_PER_READ,
+                "fields": "core",
+            }
+            try:
+                body = self.http.call(what, partial(self.http.raw, "GET", "api/public/traces", params=params))
+            except HttpStatus as ex:
+                raise fail(what, ex) from None
+            try:
+                for trace in body["data"]:
+                    stamp = as_utc(datetime.fromisoformat(trace["timestamp"].replace("Z", "+00:00")))
+                    refs.setdefault(
+                        trace["id"], TraceRef(trace_id=trace["id"], session_id=trace.get("sessionId"), start_time=stamp)
+                    )
+                total_pages = int(body["meta"]["totalPages"])
+            except (KeyError, TypeError, ValueError, AttributeError) as ex:
+                raise LangfuseError(f"{what}: the answer does not match the API contract: {ex!r}") from ex
+            if page >= total_pages:
+                break
+            page += 1
+        return sorted(refs.values(), key=lambda r: (r.start_time or start, r.trace_id))

@@ -1,0 +1,1 @@
+"""The worklist: signatures, evidence, trends, regression cases, review views."""
