@@ -53,6 +53,9 @@ async def test_invented_specifics_ask_only_for_containment(
     assert decide(facts) is Layer.GENERATION
     assert facts.evidence["answer_grounded"].note.startswith("decided by the heuristic")
     assert cascade.routes["containment"] == 1 and cascade.usage.calls == 1
+    # each fact names the judge that established it (the report shows it beside the verdict)
+    assert facts.evidence["answer_grounded"].decided_by == "heuristic"
+    assert facts.evidence["retrieved_has_answer"].decided_by == cascade.model.name
 
 
 @pytest.mark.anyio
@@ -84,6 +87,7 @@ async def test_undecided_grounding_goes_to_the_model(server: OpenAIServer, casca
     assert sorted(r.kind for r in server.requests) == ["containment", "grounding"]
     assert decide(facts) is Layer.OK
     assert cascade.routes["model"] == 1 and cascade.usage.calls == 2
+    assert {facts.evidence[f].decided_by for f in ("retrieved_has_answer", "answer_grounded")} == {cascade.model.name}
 
 
 @pytest.mark.anyio

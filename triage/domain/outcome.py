@@ -49,6 +49,8 @@ class Findings:
     answer_quote: str | None = None  # a short exact quote of the passage that holds it
     unsupported: tuple[str, ...] = ()  # claims of the answer no passage supports
     searched_again: tuple[str, ...] = ()  # the collections searched again for the question
+    #: the facts the layer rests on: (fact, value, the judge that established it)
+    decided: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass

@@ -149,6 +149,8 @@ class Evidence(_Own):
     quotes: list[str] = Field(default_factory=list)
     confidence: Literal["high", "medium", "low"] | None = None
     note: str | None = None
+    #: which judge established the fact (`heuristic`, `llm:<model>`, `replay:<file>`, `trace`)
+    decided_by: str | None = None
 
 
 class Facts(_Own):
@@ -188,6 +190,23 @@ def _items(values: list[str], more: str = "more") -> list[str]:
     if len(values) > MAX_ITEMS:
         kept.append(f"... and {len(values) - MAX_ITEMS} {more}")
     return kept
+
+
+JUDGED_FACTS = ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined")
+
+
+def decided_by(facts: Facts, judge: str) -> Facts:
+    """`facts` with every judged fact that names no judge credited to `judge`."""
+    evidence = dict(facts.evidence)
+    for name in JUDGED_FACTS:
+        if getattr(facts, name) is None:
+            continue
+        held = evidence.get(name)
+        if held is None:
+            evidence[name] = Evidence(decided_by=judge)
+        elif held.decided_by is None:
+            evidence[name] = held.model_copy(update={"decided_by": judge})
+    return facts.model_copy(update={"evidence": evidence})
 
 
 def bounded(facts: Facts) -> Facts:

@@ -6,11 +6,22 @@ import asyncio
 import logging
 from typing import IO
 
+from triage.domain.confidence import facts_used
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry, Findings, shorten
 from triage.domain.ownership import choose_component, owners
 from triage.domain.ports import Judge
-from triage.domain.records import Evidence, Facts, Passage, ScoreWrite, Trace, Verdict, Vote, bounded
+from triage.domain.records import (
+    Evidence,
+    Facts,
+    Passage,
+    ScoreWrite,
+    Trace,
+    Verdict,
+    Vote,
+    bounded,
+    decided_by,
+)
 from triage.domain.rule import Undetermined, decide, explain
 from triage.domain.scores import score_id, score_timestamp
 from triage.engine.ledger import Ledger, comments
@@ -24,7 +35,7 @@ log = logging.getLogger("triage")
 def empty_answer_facts(facts: Facts) -> Facts:
     """An empty answer proves two facts whatever a judge says: it is not grounded (it gives the
     user nothing the passages hold) and it is not a decline (it says nothing at all)."""
-    note = Evidence(confidence="high", note="the answer is empty")
+    note = Evidence(confidence="high", note="the answer is empty", decided_by="trace")
     evidence = {**facts.evidence, "answer_grounded": note, "answer_declined": note}
     return facts.model_copy(update={"answer_grounded": False, "answer_declined": False, "evidence": evidence})
 
@@ -50,7 +61,14 @@ def findings(trace: Trace, facts: Facts, *, searched_again: bool, collections: l
         if held is not None and held.quotes and getattr(facts, name):
             quote = shorten(held.quotes[0], QUOTE_CHARS)
             break
+    decided = []
+    for name in facts_used(facts):
+        value = getattr(facts, name)
+        held = facts.evidence.get(name)
+        if isinstance(value, bool):
+            decided.append((name, "yes" if value else "no", (held.decided_by if held else None) or "?"))
     return Findings(
+        decided=tuple(decided),
         agent_queries=tuple(dict.fromkeys(queries))[:MAX_QUERIES],
         answer_url=facts.answer_sources[0] if facts.answer_sources else None,
         answer_quote=quote,
@@ -111,7 +129,7 @@ class VerdictMaker:
                 return None
         if not trace.answer.strip():
             facts = empty_answer_facts(facts)
-        facts = bounded(facts)
+        facts = bounded(decided_by(facts, judge.name))
         try:
             layer = decide(facts, self.config.agent.issues_collection)
         except Undetermined as ex:

@@ -31,7 +31,7 @@ import json
 from typing import Any
 
 from triage.domain.ports import Judge
-from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
+from triage.domain.records import Evidence, Facts, Passage, Trace, Usage, decided_by
 from triage.judges.heuristic import seen_texts, specifics, unseen_words, word_parts
 
 
@@ -67,7 +67,7 @@ class CascadeJudge:
         *,
         grounding: bool = True,
     ) -> Facts:
-        cheap = await self.cheap.judge(trace, research, comment, base)
+        cheap = decided_by(await self.cheap.judge(trace, research, comment, base), self.cheap.name)
         flagged = cheap  # the cheap judge has already run the injection detector
         if not base.agent_searched:
             self.routes["cheap"] += 1
@@ -76,26 +76,30 @@ class CascadeJudge:
         if settled is not None and not trace.passages and research == []:
             self.routes["cheap"] += 1
             update: dict[str, Any] = {"retrieved_has_answer": False, "index_has_answer": False}
-            update.update(self._decided_grounding(trace, cheap, flagged.evidence, settled))
+            update.update(self._decided_grounding(trace, cheap, flagged.evidence, settled, self.cheap.name))
             update["evidence"] = {
                 **update["evidence"],
-                "retrieved_has_answer": Evidence(confidence="high", note="no passages were retrieved"),
-                "index_has_answer": Evidence(confidence="high", note="the re-search found no passages"),
+                "retrieved_has_answer": Evidence(
+                    confidence="high", note="no passages were retrieved", decided_by=self.cheap.name
+                ),
+                "index_has_answer": Evidence(
+                    confidence="high", note="the re-search found no passages", decided_by=self.cheap.name
+                ),
             }
             return flagged.model_copy(update=update)
         if settled is not None and self.model.can_skip_grounding:
             self.routes["containment"] += 1
             judged = await self.model.judge(trace, research, comment, base, grounding=False)
-            update = self._decided_grounding(trace, cheap, judged.evidence, settled)
+            update = self._decided_grounding(trace, cheap, judged.evidence, settled, self.cheap.name)
             update["injection_suspected"] = judged.injection_suspected or flagged.injection_suspected
-            return judged.model_copy(update=update)
+            return decided_by(judged.model_copy(update=update), self.model.name)
         self.routes["model"] += 1
         judged = await self.model.judge(trace, research, comment, base)
-        return judged  # the model judge runs the same detector
+        return decided_by(judged, self.model.name)  # the model judge runs the same detector
 
     @staticmethod
     def _decided_grounding(
-        trace: Trace, cheap: Facts, evidence: dict[str, Evidence], settled: str
+        trace: Trace, cheap: Facts, evidence: dict[str, Evidence], settled: str, judge: str
     ) -> dict[str, Any]:
         phrase = "a decline phrase" if cheap.answer_declined else "no decline phrase"
         invented = invented_specifics(trace, cheap)
@@ -106,8 +110,10 @@ class CascadeJudge:
             "unsupported_claims": list(dict.fromkeys([*invented, *cheap.unsupported_claims])),
             "evidence": {
                 **evidence,
-                "answer_grounded": Evidence(confidence="high", note=f"decided by the heuristic: {settled}"),
-                "answer_declined": Evidence(note=f"decided by the heuristic: {phrase}"),
+                "answer_grounded": Evidence(
+                    confidence="high", note=f"decided by the heuristic: {settled}", decided_by=judge
+                ),
+                "answer_declined": Evidence(note=f"decided by the heuristic: {phrase}", decided_by=judge),
             },
         }
 
