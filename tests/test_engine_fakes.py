@@ -96,8 +96,8 @@ def test_a_searched_verdict_records_the_judge_and_what_it_was_given() -> None:
         assert written.metadata["judge"] == "fake" and written.metadata["prompt_version"] == "fake-1"
         assert written.metadata["facts"]["retrieved_has_answer"] is True
         assert written.metadata["facts"]["evidence"]["retrieved_has_answer"]["decided_by"] == "fake"
-    assert ("retrieved_has_answer", "yes", "fake") in entry.findings.decided
         assert written.metadata["votes"] == ["vote-searched"]
+    assert ("retrieved_has_answer", "yes", "fake") in entry.findings.decided
     assert by_trace(source.written(), "triage_component")["searched"].value == "katib"
 
     [call] = judge.history
