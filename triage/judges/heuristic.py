@@ -28,7 +28,7 @@ from triage.judges import guard
 from triage.judges.offline import containment as cont
 from triage.judges.offline.declines import decline_phrases, declines
 from triage.judges.offline.grounding import Grounding, answer_text, check, unsupported_specifics
-from triage.judges.offline.text import specifics
+from triage.judges.offline.text import looks_english, specifics
 
 __all__ = ["HeuristicJudge", "Signals", "declines", "signals", "specifics", "unsupported"]
 
@@ -77,7 +77,7 @@ def signals(trace: Trace, research: list[Passage] | None) -> Signals:
     declined = bool(phrases)
     grounding = check(trace.answer, _seen(trace), [p.text for p in trace.passages], trace.question)
     counts = not declined and not grounding.empty
-    found = cont.contain(trace.question, answer, trace.tool_calls, trace.passages, research, counts)
+    found = cont.contain(trace.question, answer, trace.tool_calls, trace.passages, research, counts, declined)
     return Signals(found, grounding, declined, phrases)
 
 
@@ -119,7 +119,7 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
         )
         r_conf = "medium" if r_conf == "high" else r_conf
     else:
-        r_conf = _band(abs(c.retrieved_score - cont.HOLD_THRESHOLD), 0.3, 0.12)
+        r_conf = _band(abs(c.retrieved_score - c.hold_threshold), 0.3, 0.12)
     evidence = {
         "retrieved_has_answer": Evidence(
             passage_ids=[r_best.passage.id] if r_best else [], confidence=r_conf, note=r_note
@@ -172,7 +172,7 @@ def _decline_evidence(sig: Signals, trace: Trace) -> Evidence:
     if sig.grounding.empty:
         return Evidence(confidence="high", note="no answer")
     if sig.declined:
-        english = cont.looks_english(trace.answer)
+        english = looks_english(trace.answer)
         return Evidence(
             quotes=sig.decline_phrases[:3],
             confidence="high" if english else "medium",

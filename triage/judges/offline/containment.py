@@ -18,12 +18,11 @@ by how rare each need is among the trace's own passages:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from triage.domain.records import Passage, ToolCall
-from triage.judges.offline.text import STOPWORDS, Pool, specifics, squash, strip_invisible, word_set
+from triage.judges.offline.text import Pool, looks_english, specifics, squash, strip_invisible, word_set
 
 #: a passage holds the answer at this score (question coverage, plus the answer support bonus)
 HOLD_THRESHOLD = 0.65
@@ -33,18 +32,8 @@ OUTRANK_MARGIN = 0.2
 ANSWER_WEIGHT = 0.4
 #: the index holds the answer when some re-searched passage covers the question this well
 INDEX_THRESHOLD = 0.55
-
-_TOKEN = re.compile(r"[^\W\d_]+", re.UNICODE)
-
-
-def looks_english(text: str) -> bool:
-    """True when `text` reads as English: enough of its words are English function words."""
-    tokens = [t.lower() for t in _TOKEN.findall(strip_invisible(text))]
-    if not tokens:
-        return True
-    if not any(t.isascii() for t in tokens):
-        return False
-    return sum(t in STOPWORDS for t in tokens) / len(tokens) >= 0.15
+#: a declining agent read its passages and says the answer is not there: overruled only from here
+DECLINED_HOLD_THRESHOLD = 0.85
 
 
 def question_terms(question: str, tool_calls: Sequence[ToolCall]) -> set[str]:
@@ -84,6 +73,7 @@ class Containment:
     retrieved_best: Scored | None
     elsewhere_best: Scored | None  # the best re-searched passage from a page the agent did not retrieve
     researched_best: Scored | None
+    declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
 
     @property
     def retrieved_score(self) -> float:
@@ -92,14 +82,22 @@ class Containment:
 
     @property
     def outranked(self) -> bool:
+        """A clearly better passage elsewhere, and the best retrieved one does not cover the question
+        by itself (it leans on the answer's specifics: the answer may be grounded off target)."""
         if self.elsewhere_best is None:
             return False
         best = self.retrieved_best.coverage if self.retrieved_best else 0.0
+        if best >= HOLD_THRESHOLD:
+            return False
         return self.elsewhere_best.coverage >= max(best + OUTRANK_MARGIN, HOLD_THRESHOLD)
 
     @property
+    def hold_threshold(self) -> float:
+        return DECLINED_HOLD_THRESHOLD if self.declined else HOLD_THRESHOLD
+
+    @property
     def retrieved_holds(self) -> bool:
-        return self.retrieved_score >= HOLD_THRESHOLD and not self.outranked
+        return self.retrieved_score >= self.hold_threshold and not self.outranked
 
     @property
     def index_score(self) -> float | None:
@@ -122,6 +120,7 @@ def contain(
     retrieved: Sequence[Passage],
     researched: Sequence[Passage] | None,
     answer_counts: bool,
+    declined: bool = False,
 ) -> Containment:
     """Score every passage of a trace. `answer_counts`: the answer neither declines nor is empty, so
     its specifics say what the passages should hold."""
@@ -156,4 +155,5 @@ def contain(
         retrieved_best=r_best,
         elsewhere_best=max(elsewhere, key=lambda s: s.coverage, default=None),
         researched_best=max(s_scored or [], key=lambda s: s.coverage, default=None),
+        declined=declined,
     )

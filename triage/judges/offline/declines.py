@@ -26,6 +26,7 @@ _EN = [
     r"\b(?:docs|documentation|pages?|guide|overview|passages?|results?|sources?)"
     r" (?:do not|don't|does not|doesn't|did not|didn't)"
     r" (?:mention|cover|say|describe|document|explain|include|list|show|give)\b",
+    r"\b(?:doesn't|does not|don't|do not|didn't|did not) (?:mention|cover|describe|document|explain)\b",
     r"\b(?:says?|said|mentions?|tells?) nothing (?:about|on|of)\b",
     r"\bnothing in the (?:docs|documentation|search results|pages|passages|results)\b",
     r"\b(?:there is|there's) no (?:documentation|information|mention)\b",

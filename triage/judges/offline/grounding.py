@@ -20,7 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from triage.judges.offline.text import specifics, squash, strip_invisible, word_set
+from triage.judges.offline.declines import declines
+from triage.judges.offline.text import looks_english, specifics, squash, strip_invisible, word_set
 
 _PLACEHOLDER = re.compile(
     r"<[^<>\s]+>|\$\{?[A-Z_][A-Z0-9_]*\}?|\b(?:my|your|our)(?:[_-][\w.-]*)?\b|\b(?:example|foo|bar)\b|\.\.\.",
@@ -104,6 +105,26 @@ def _seen_words(token: str, haystack_words: set[str]) -> bool:
     return all(p in haystack_words for p in parts)
 
 
+_KEY_PATH = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+")
+_KIND_NAME = re.compile(r"[A-Z][A-Za-z]+/[a-z0-9][\w.-]*")
+
+
+def _seen_call_chain(needle: str, haystack: str, haystack_words: set[str]) -> bool:
+    """A call or a chain of calls (`kfp.Client().set_user_namespace("<ns>")`) where every link's name
+    is seen as a call and every argument word is seen or a placeholder."""
+    if "(" not in needle:
+        return False
+    links = [link for link in re.split(r"\)\s*\.", needle) if link.strip()]
+    for link in links:
+        head, paren, args = link.partition("(")
+        head = head.strip(" .")
+        if not head or (f"{head}(" not in haystack and f"{head.rsplit('.', 1)[-1]}(" not in haystack):
+            return False
+        if not _seen_words(_PLACEHOLDER.sub(" ", args), haystack_words):
+            return False
+    return True
+
+
 def invisible_marks(answer: str) -> list[str]:
     """Words of the answer with an invisible character inside (`kube\u200bctl`): pasted, they fail."""
     if answer.isascii():
@@ -129,7 +150,7 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
         needle = squash(item)
         if not needle or needle in q:
             continue
-        if _PLACEHOLDER.search(item):
+        if _PLACEHOLDER.search(item) and not _seen_call_chain(needle, haystack, haystack_words):
             # a template: what is left once the placeholders are cut out must still be seen
             rest = [squash(part) for part in _PLACEHOLDER.split(item)]
             rest = [part for part in rest if len(re.sub(r"[^\w]", "", part)) > 2]
@@ -142,9 +163,12 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             continue
         if " " in needle and all(tok in haystack for tok in needle.split() if len(tok) > 1):
             continue  # a code span made only of seen tokens (a command line, reworded)
-        head, paren, args = needle.partition("(")
-        if paren and head.strip(" .") in haystack and _seen_words(args, haystack_words | {""}):
-            continue  # a seen call with seen arguments: `.set_caching_options(True)`
+        if _seen_call_chain(needle, haystack, haystack_words):
+            continue  # seen calls with seen arguments: `.set_caching_options(True)`
+        if _KEY_PATH.fullmatch(item) and all(f"{seg.lower()}:" in haystack for seg in item.split(".")):
+            continue  # a path of nested YAML keys, each one seen as a key: `runtimeRef.name`
+        if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words for part in item.split("/")):
+            continue  # Kubernetes `Kind/name` notation for a seen kind and a seen name
         if _NUM.fullmatch(needle) and arithmetic(needle, shown):
             continue
         missing.append(item)
@@ -208,8 +232,8 @@ def prose_support(answer: str, seen: Sequence[str], question: str = "") -> float
     Sentences with a decline phrase are left out (they talk about the docs, not about Kubeflow), and
     so are the question's own words. A faithful answer paraphrases, but most of its words are the
     passages' words; an answer written from memory is not."""
-    from triage.judges.offline.declines import declines
-
+    if not looks_english(answer):
+        return None  # the passages are English: a translated answer shares few of their words
     kept = [
         s for s in re.split(r"(?<=[.!?;])\s+|\n+", strip_invisible(answer)) if s.strip() and not declines(s)
     ]

@@ -30,6 +30,7 @@ STOPWORDS = frozenset(
 
 _WORD = re.compile(r"[^\W_](?:[\w.\-/]*[^\W_])?")
 _SUBWORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
+_TOKEN = re.compile(r"[^\W\d_]+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
 _URL = re.compile(r"https?://[^\s<>()\[\]`'\"]+")
@@ -37,7 +38,7 @@ _FLAG = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
 _CODE = re.compile(r"`([^`\n]+)`")
 _IDENT = re.compile(
     r"(?<![\w./-])(?:[A-Za-z_][\w-]*(?:[._/][A-Za-z0-9_-]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+_[A-Za-z0-9_]+"
-    r")"
+    r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)"
 )
 _ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|vs|a\.k\.a|cf)\.?$", re.IGNORECASE)
 _QUANTITY = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%])(?![\w.])")
@@ -150,3 +151,13 @@ class Pool:
         if total <= 0:
             return 0.0
         return sum(self.idf(t) for t in terms if t in have) / total
+
+
+def looks_english(text: str) -> bool:
+    """True when `text` reads as English: enough of its words are English function words."""
+    tokens = [t.lower() for t in _TOKEN.findall(strip_invisible(text))]
+    if not tokens:
+        return True
+    if not any(t.isascii() for t in tokens):
+        return False
+    return sum(t in STOPWORDS for t in tokens) / len(tokens) >= 0.15
