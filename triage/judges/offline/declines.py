@@ -47,7 +47,7 @@ _OTHER = [
     r"\bla documentation ne (?:mentionne|d[ée]crit|dit|couvre|pr[ée]cise) (?:pas|rien)\b",
     r"\baucune (?:information|mention|documentation)\b",
     # German
-    r"\b(?:ich )?(?:habe|konnte) (?:dazu )?(?:keine|nichts|nicht)\b[^.]{0,60}\b(?:gefunden|finden)\b",
+    r"\b(?:habe|konnte)\b[^.]{0,60}\b(?:keine|nichts|nicht)\b[^.]{0,40}\b(?:gefunden|finden)\b",
     r"\bnicht (?:dokumentiert|beschrieben|erw[äa]hnt)\b",
     r"\bkeine (?:informationen|angaben|dokumentation|hinweise)\b",
     r"\b(?:die )?dokumentation (?:erw[äa]hnt|beschreibt|nennt) (?:nicht|kein|nichts)\b",

@@ -27,7 +27,7 @@ _PLACEHOLDER = re.compile(
     r"<[^<>\s]+>|\$\{?[A-Z_][A-Z0-9_]*\}?|\b(?:my|your|our)(?:[_-][\w.-]*)?\b|\b(?:example|foo|bar)\b|\.\.\.",
     re.IGNORECASE,
 )
-_NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+_NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\w)")
 _PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])\s*[:=]\s*[\"']?([\w./-]+)[\"']?")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
 _NEGATION = re.compile(

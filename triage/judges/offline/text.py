@@ -41,9 +41,9 @@ _IDENT = re.compile(
     r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)"
 )
 _ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|vs|a\.k\.a|cf)\.?$", re.IGNORECASE)
-_QUANTITY = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%])(?![\w.])")
-_VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)*(?![\w.])")
-_NUMBER = re.compile(r"(?<![\w.])\d{2,}(?![\w.])")
+_QUANTITY = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%])(?!\w|\.\w)")
+_VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)*(?!\w|\.\w)")
+_NUMBER = re.compile(r"(?<![\w.])\d{2,}(?!\w|\.\w)")
 
 
 def strip_invisible(text: str) -> str:
