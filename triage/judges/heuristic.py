@@ -37,7 +37,7 @@ Confidence = Literal["high", "medium", "low"]
 #: below this share of the answer's words found in what the agent saw, the answer is not grounded
 PROSE_THRESHOLD = 0.65
 #: from this share on (with two specifics checked, all seen), grounding is clear-cut
-PROSE_CLEAR = 0.85
+PROSE_CLEAR = 0.9
 
 
 def unsupported(answer: str, seen: Sequence[str]) -> list[str]:
@@ -118,8 +118,14 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
             else "low"
         )
         r_conf = "medium" if r_conf == "high" else r_conf
+    elif retrieved:
+        r_conf = _band(c.retrieved_score - c.hold_threshold, 0.3, 0.12)
+        rival = c.elsewhere_best.coverage if c.elsewhere_best else 0.0
+        if r_conf == "high" and rival >= r_best.coverage - cont.OUTRANK_MARGIN:
+            r_conf = "medium"  # a passage elsewhere covers the question about as well
     else:
-        r_conf = _band(abs(c.retrieved_score - c.hold_threshold), 0.3, 0.12)
+        # a miss is clear-cut only far below the threshold: paraphrase hides words, not the reverse
+        r_conf = _band(cont.HOLD_THRESHOLD - c.retrieved_score, 0.45, 0.15)
     evidence = {
         "retrieved_has_answer": Evidence(
             passage_ids=[r_best.passage.id] if r_best else [], confidence=r_conf, note=r_note
@@ -161,7 +167,7 @@ def _grounding_evidence(sig: Signals) -> Evidence:
         )
     if not sig.grounded:
         return Evidence(confidence="low", note=f"every specific seen, but few of its words{prose_note}")
-    clear = g.checked >= 2 and prose is not None and prose >= PROSE_CLEAR
+    clear = g.checked >= 3 and prose is not None and prose >= PROSE_CLEAR
     return Evidence(
         confidence="high" if clear else "medium" if prose is None or prose >= 0.75 else "low",
         note=f"all {g.checked} specifics seen{prose_note}",
@@ -175,7 +181,8 @@ def _decline_evidence(sig: Signals, trace: Trace) -> Evidence:
         english = looks_english(trace.answer)
         return Evidence(
             quotes=sig.decline_phrases[:3],
-            confidence="high" if english else "medium",
+            # a decline that goes on to offer specifics it never saw is a hedge, not a clean decline
+            confidence="high" if english and not sig.grounding.unsupported else "medium",
             note="a decline phrase",
         )
     substantive = len(specifics(trace.answer)) >= 1 and len(trace.answer) >= 80
