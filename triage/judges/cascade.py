@@ -28,11 +28,43 @@ trace, so a trace settled without the model is still flagged.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from triage.domain.ports import Judge
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage, decided_by
-from triage.judges.heuristic import seen_texts, specifics, unseen_words, word_parts
+from triage.judges.heuristic import specifics
+
+_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+#: words of code and markup that claim nothing on their own: an answer adds them when it formats
+#: what it saw (`enabled: true`, `https://`, `pip install`, `name:`)
+BOILERPLATE = frozenset(
+    """true false null none yes http https www com org html yaml yml json txt name value key spec metadata kind
+    type api pip install sudo tar zip""".split()
+)
+
+
+def word_parts(text: str) -> set[str]:
+    """The words of `text` and of its identifiers (`earlyStopping` -> early, stopping;
+    `max_concurrency` -> max, concurrency), lower case, three letters or more."""
+    return {p.lower() for p in _WORD_PART.findall(text) if len(p) >= 3}
+
+
+def unseen_words(specific: str, seen: set[str]) -> list[str]:
+    """The words of an answer's specific that the agent never saw (`seen` from `word_parts` of all
+    it saw), leaving out code and markup boilerplate: a specific built only of seen words
+    (`runtimeRef.name` from "runtimeRef" and "name") may be a rewording, one with a new word names
+    something the agent was never shown."""
+    return sorted(w for w in word_parts(specific) - seen if w not in BOILERPLATE)
+
+
+def seen_texts(trace: Trace) -> list[str]:
+    """Everything the agent saw: the question, every tool call's arguments and output, the
+    passages and their sources."""
+    seen = [trace.question, *(c.output for c in trace.tool_calls), *(p.text for p in trace.passages)]
+    seen += [p.source_url or "" for p in trace.passages]
+    seen += [json.dumps(c.args, ensure_ascii=False) for c in trace.tool_calls]
+    return seen
 
 
 class CascadeJudge:

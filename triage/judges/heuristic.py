@@ -1,204 +1,204 @@
-"""The offline judge: facts from string evidence alone, no model.
+"""The offline judge: facts from string evidence alone, no model, each with a confidence.
 
-- containment: a passage holds the answer when it covers most of the question's key terms;
-- grounding: every specific in the answer (URL, flag, code span, identifier, number, version)
-  appears somewhere in what the agent saw;
-- declining: the answer uses a decline phrase.
+- **containment** (`retrieved_has_answer`, `index_has_answer`, `answer_collection`): a passage holds
+  the answer when it covers the question's rare words (weighted by how few of the trace's passages
+  hold each), helped by the answer's specifics when the retrieved passages hold them; a much better
+  re-searched passage from another page means the agent's passages missed it
+  (`triage.judges.offline.containment`);
+- **grounding** (`answer_grounded`): every specific of the answer is in what the agent saw (the
+  question's own, placeholders and arithmetic on shown numbers exempt), no `key: value` or negation
+  contradicts a passage, no invisible character hides in a word, and most of the answer's words are
+  the passages' words (`triage.judges.offline.grounding`);
+- **declining** (`answer_declined`): a decline phrase, in English or nine other languages
+  (`triage.judges.offline.declines`).
 
-Crude on purpose and cheap: its signals are computed for every trace, and they are what the
-cascade judge uses to decide which traces need a model at all.
+Confidence is `high` only where the signal is clear-cut (measured on the evaluation set: see
+bench/README.md), `medium` near a threshold, `low` where the heuristic is close to guessing; the
+cascade judge escalates what is not `high`.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
 from triage.judges import guard
+from triage.judges.offline import containment as cont
+from triage.judges.offline.declines import decline_phrases, declines
+from triage.judges.offline.grounding import Grounding, answer_text, check, unsupported_specifics
+from triage.judges.offline.text import looks_english, specifics
 
-COVERAGE_THRESHOLD = 0.7
+__all__ = ["HeuristicJudge", "Signals", "declines", "signals", "specifics", "unsupported"]
 
-STOPWORDS = frozenset(
-    """a about above after again all also am an and any are as at be been before being below between both but by
-    can cannot could did do does doing done don down during each even ever every few for from further get gets
-    getting got had has have having he her here hers him his how however i if in into is it its itself just
-    let like make makes many may me might more most much must my need needs no nor not now of off on once only or
-    other our out over own per please really same see set she should show so some still such than that the their
-    them then there these they this those through to too try trying under until up upon us use used using very
-    want wants was way we well were what when where whether which while who whom why will with within without
-    would yes yet you your yours thing things something anything work works working""".split()
-)
+Confidence = Literal["high", "medium", "low"]
 
-DECLINE_PATTERNS = re.compile(
-    r"|".join(
-        [
-            r"\bi (?:do not|don't|didn't|did not) (?:have|find|see|know)\b",
-            r"\bi (?:could not|couldn't|can't|cannot|was unable to|am unable to|wasn't able to) find\b",
-            r"\b(?:unable|not able) to find\b",
-            r"\bno (?:relevant )?information (?:about|on|regarding|in)\b",
-            r"\b(?:is|are) not (?:covered|documented|mentioned|described)\b",
-            r"\b(?:isn't|aren't) (?:covered|documented|mentioned|described)\b",
-            r"\bnot (?:covered|documented|mentioned) in the\b",
-            r"\b(?:the )?(?:docs|documentation) (?:do not|don't|does not|doesn't) (?:mention|cover|say|describe|"
-            r"document|explain|include)\b",
-            r"\bnothing in the (?:docs|documentation|search results)\b",
-            r"\bi'm not sure\b",
-            r"\bi am not sure\b",
-        ]
-    ),
-    re.IGNORECASE,
-)
-
-_WORD = re.compile(r"[a-z0-9][a-z0-9_\-]*[a-z0-9]|[a-z0-9]", re.IGNORECASE)
-_URL = re.compile(r"https?://[^\s<>()\[\]`'\"]+")
-_FLAG = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
-_CODE = re.compile(r"`([^`\n]+)`")
-_IDENT = re.compile(
-    r"(?<![\w./-])(?:[A-Za-z_][\w-]*(?:[._/][A-Za-z0-9_-]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+_[A-Za-z0-9_]+)"
-)
-_VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)*(?![\w.])")
-_NUMBER = re.compile(r"(?<![\w.])\d{2,}(?![\w.])")
+#: below this share of the answer's words found in what the agent saw, the answer is not grounded
+PROSE_THRESHOLD = 0.65
+#: from this share on (with two specifics checked, all seen), grounding is clear-cut
+PROSE_CLEAR = 0.9
 
 
-def _norm(word: str) -> str:
-    word = word.lower()
-    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-        word = word[:-1]
-    return word
-
-
-def key_terms(text: str) -> set[str]:
-    """The question's content words, normalised."""
-    return {
-        _norm(w)
-        for w in _WORD.findall(text)
-        if len(w) >= 3 and w.lower() not in STOPWORDS and not w.isdigit()
-    }
-
-
-def coverage(terms: set[str], passage: Passage) -> float:
-    if not terms:
-        return 0.0
-    words = {_norm(w) for w in _WORD.findall(f"{passage.title or ''} {passage.text}")}
-    return len(terms & words) / len(terms)
-
-
-def best_passage(terms: set[str], passages: Sequence[Passage]) -> tuple[Passage | None, float]:
-    best: Passage | None = None
-    best_cov = 0.0
-    for passage in passages:
-        cov = coverage(terms, passage)
-        if cov > best_cov:
-            best, best_cov = passage, cov
-    return best, best_cov
-
-
-def specifics(answer: str) -> list[str]:
-    """The checkable specifics of an answer, in order of appearance, without repeats."""
-    found: list[str] = []
-    without_urls = _URL.sub(" ", answer)
-    found += [u.rstrip(".,;:!?") for u in _URL.findall(answer)]
-    found += _FLAG.findall(without_urls)
-    found += [c.strip() for c in _CODE.findall(without_urls)]
-    plain = _CODE.sub(" ", without_urls)
-    found += [i.rstrip(".,;:") for i in _IDENT.findall(plain)]
-    found += _VERSION.findall(plain)
-    found += _NUMBER.findall(_VERSION.sub(" ", plain))
-    return [s for s in dict.fromkeys(found) if s]
-
-
-def _visible(text: str) -> str:
-    return re.sub(r"\s+", " ", text).lower()
-
-
-def unsupported(answer: str, seen: Iterable[str]) -> list[str]:
+def unsupported(answer: str, seen: Sequence[str]) -> list[str]:
     """Specifics of `answer` that appear in none of the texts the agent saw."""
-    haystack = _visible("\n".join(seen))
-    missing = []
-    for item in specifics(answer):
-        needle = _visible(item)
-        if needle in haystack:
-            continue
-        if " " in needle and all(tok in haystack for tok in needle.split() if len(tok) > 1):
-            continue  # a code span made only of seen tokens (a command line, reworded)
-        missing.append(item)
-    return missing
+    return unsupported_specifics(answer, seen)[0]
 
 
-_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
-#: words of code and markup that claim nothing on their own: an answer adds them when it formats
-#: what it saw (`enabled: true`, `https://`, `pip install`, `name:`)
-BOILERPLATE = frozenset(
-    """true false null none yes http https www com org html yaml yml json txt name value key spec metadata kind
-    type api pip install sudo tar zip""".split()
-)
-
-
-def word_parts(text: str) -> set[str]:
-    """The words of `text` and of its identifiers (`earlyStopping` -> early, stopping;
-    `max_concurrency` -> max, concurrency), lower case, three letters or more."""
-    return {p.lower() for p in _WORD_PART.findall(text) if len(p) >= 3}
-
-
-def unseen_words(specific: str, seen: set[str]) -> list[str]:
-    """The words of an answer's specific that the agent never saw (`seen` from `word_parts` of all
-    it saw), leaving out code and markup boilerplate: a specific built only of seen words
-    (`runtimeRef.name` from "runtimeRef" and "name") may be a rewording, one with a new word names
-    something the agent was never shown."""
-    return sorted(w for w in word_parts(specific) - seen if w not in BOILERPLATE)
-
-
-def seen_texts(trace: Trace) -> list[str]:
-    """Everything the agent saw: the question, every tool call's arguments and output, the
-    passages and their sources."""
+def _seen(trace: Trace) -> list[str]:
     seen = [trace.question, *(c.output for c in trace.tool_calls), *(p.text for p in trace.passages)]
-    seen += [p.source_url or "" for p in trace.passages]
-    seen += [json.dumps(c.args, ensure_ascii=False) for c in trace.tool_calls]
-    return seen
-
-
-def declines(answer: str) -> bool:
-    return DECLINE_PATTERNS.search(answer) is not None
+    seen += [p.title or "" for p in trace.passages]
+    return seen + [p.source_url or "" for p in trace.passages]
 
 
 @dataclass
 class Signals:
     """What the cheap checks found; also used by the cascade judge."""
 
-    terms: set[str]
-    retrieved_best: Passage | None
-    retrieved_coverage: float
-    research_best: Passage | None
-    research_coverage: float | None
-    unsupported: list[str]
+    containment: cont.Containment
+    grounding: Grounding
     declined: bool
+    decline_phrases: list[str]
+
+    @property
+    def unsupported(self) -> list[str]:
+        return [*self.grounding.unsupported, *self.grounding.contradictions]
+
+    @property
+    def grounded(self) -> bool:
+        prose = self.grounding.prose_support
+        weak_prose = not self.declined and prose is not None and prose < PROSE_THRESHOLD
+        return self.grounding.grounded and not weak_prose
 
 
 def signals(trace: Trace, research: list[Passage] | None) -> Signals:
-    terms = key_terms(trace.question)
-    r_best, r_cov = best_passage(terms, trace.passages)
-    s_best, s_cov = best_passage(terms, research) if research is not None else (None, None)
-    seen = [trace.question, *(c.output for c in trace.tool_calls), *(p.text for p in trace.passages)]
-    seen += [p.source_url or "" for p in trace.passages]
-    return Signals(
-        terms, r_best, r_cov, s_best, s_cov, unsupported(trace.answer, seen), declines(trace.answer)
+    answer = answer_text(trace.answer)
+    phrases = decline_phrases(answer)
+    declined = bool(phrases)
+    grounding = check(trace.answer, _seen(trace), [p.text for p in trace.passages], trace.question)
+    counts = not declined and not grounding.empty
+    found = cont.contain(trace.question, answer, trace.tool_calls, trace.passages, research, counts, declined)
+    return Signals(found, grounding, declined, phrases)
+
+
+def _band(distance: float, clear: float, near: float) -> Confidence:
+    return "high" if distance >= clear else "medium" if distance >= near else "low"
+
+
+def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None, dict[str, Evidence]]:
+    c = sig.containment
+    retrieved = c.retrieved_holds
+    index = c.index_holds
+    holder: Passage | None = None
+    if retrieved and c.retrieved_best:
+        holder = c.retrieved_best.passage
+    elif index and c.researched:
+        ranked = sorted(
+            c.researched,
+            key=lambda s: (round(s.coverage, 2), c.elsewhere_best is not None and s is c.elsewhere_best),
+            reverse=True,
+        )
+        holder = ranked[0].passage
+    r_best = c.retrieved_best
+    r_note = f"best retrieved question coverage {r_best.coverage:.2f}" if r_best else "no retrieved passage"
+    if c.answer_support is not None:
+        r_note += f", answer specifics held {c.answer_support:.2f}"
+    if c.elsewhere_best is not None:
+        r_note += (
+            f"; best re-searched elsewhere {c.elsewhere_best.coverage:.2f} ({c.elsewhere_best.passage.id})"
+        )
+    if c.outranked:
+        r_note += ": a clearly better passage elsewhere"
+    if not r_best:
+        r_conf: Confidence = "high"
+    elif c.outranked:
+        r_conf = (
+            _band(c.elsewhere_best.coverage - (r_best.coverage + cont.OUTRANK_MARGIN), 0.15, 0.05)
+            if (c.elsewhere_best)
+            else "low"
+        )
+        r_conf = "medium" if r_conf == "high" else r_conf
+    elif retrieved:
+        r_conf = _band(c.retrieved_score - c.hold_threshold, 0.3, 0.12)
+        rival = c.elsewhere_best.coverage if c.elsewhere_best else 0.0
+        if r_conf == "high" and rival >= r_best.coverage - cont.OUTRANK_MARGIN:
+            r_conf = "medium"  # a passage elsewhere covers the question about as well
+    else:
+        # a miss is clear-cut only far below the threshold: paraphrase hides words, not the reverse
+        r_conf = _band(cont.HOLD_THRESHOLD - c.retrieved_score, 0.45, 0.15)
+    evidence = {
+        "retrieved_has_answer": Evidence(
+            passage_ids=[r_best.passage.id] if r_best else [], confidence=r_conf, note=r_note
+        )
+    }
+    if index is not None:
+        s_best = c.researched_best
+        score = c.index_score or 0.0
+        if retrieved:
+            i_conf = r_conf
+            i_note = "the retrieved passages hold it"
+        elif s_best is None:
+            i_conf, i_note = "high", "the re-search found no passage"
+        else:
+            i_conf = _band(abs(score - cont.INDEX_THRESHOLD), 0.3, 0.12)
+            i_note = f"best re-searched question coverage {score:.2f} ({s_best.passage.id})"
+        evidence["index_has_answer"] = Evidence(
+            passage_ids=[holder.id] if holder else [], confidence=i_conf, note=i_note
+        )
+    return retrieved, (True if retrieved else index), holder, evidence
+
+
+def _grounding_evidence(sig: Signals) -> Evidence:
+    g = sig.grounding
+    prose = g.prose_support
+    prose_note = f"; {prose:.2f} of its words seen" if prose is not None else ""
+    if g.empty:
+        return Evidence(confidence="high", note="no answer")
+    if g.unsupported:
+        strong = any(not s.isdigit() for s in g.unsupported)
+        return Evidence(
+            quotes=g.unsupported[:5],
+            confidence="high" if strong and len(g.unsupported) >= 2 else "medium",
+            note=f"{len(g.unsupported)} of {g.checked} specifics seen nowhere by the agent{prose_note}",
+        )
+    if g.contradictions:
+        return Evidence(
+            quotes=g.contradictions[:5], confidence="medium", note=f"contradicts a passage{prose_note}"
+        )
+    if not sig.grounded:
+        return Evidence(confidence="low", note=f"every specific seen, but few of its words{prose_note}")
+    clear = g.checked >= 3 and prose is not None and prose >= PROSE_CLEAR
+    return Evidence(
+        confidence="high" if clear else "medium" if prose is None or prose >= 0.75 else "low",
+        note=f"all {g.checked} specifics seen{prose_note}",
     )
 
 
+def _decline_evidence(sig: Signals, trace: Trace) -> Evidence:
+    if sig.grounding.empty:
+        return Evidence(confidence="high", note="no answer")
+    if sig.declined:
+        english = looks_english(trace.answer)
+        return Evidence(
+            quotes=sig.decline_phrases[:3],
+            # a decline that goes on to offer specifics it never saw is a hedge, not a clean decline
+            confidence="high" if english and not sig.grounding.unsupported else "medium",
+            note="a decline phrase",
+        )
+    substantive = len(specifics(trace.answer)) >= 1 and len(trace.answer) >= 80
+    return Evidence(confidence="high" if substantive else "medium", note="no decline phrase")
+
+
 class HeuristicJudge:
-    """Facts from key-term coverage, specifics and decline phrases. Needs no model."""
+    """Facts from question coverage, answer specifics and decline phrases. Needs no model."""
 
     name = "heuristic"
-    prompt_version: str | None = "heuristic-1"
+    prompt_version: str | None = "heuristic-2"
     needs_research = True
     #: grounding is free here (no model call), so `grounding=False` changes nothing
     can_skip_grounding = False
 
-    def __init__(self, threshold: float = COVERAGE_THRESHOLD) -> None:
-        self.threshold = threshold
+    def __init__(self) -> None:
         self.usage = Usage()
 
     async def aclose(self) -> None:
@@ -214,34 +214,18 @@ class HeuristicJudge:
         grounding: bool = True,
     ) -> Facts:
         sig = signals(trace, research)
-        retrieved = sig.retrieved_best is not None and sig.retrieved_coverage >= self.threshold
-        in_index: bool | None = None
-        collection = None
-        if sig.research_coverage is not None:
-            in_index = sig.research_best is not None and sig.research_coverage >= self.threshold
-            collection = sig.research_best.collection if in_index and sig.research_best else None
-        holder = sig.retrieved_best if retrieved else (sig.research_best if in_index else None)
-        evidence = {
-            "retrieved_has_answer": Evidence(
-                passage_ids=[sig.retrieved_best.id] if sig.retrieved_best else [],
-                note=f"best key-term coverage {sig.retrieved_coverage:.2f}",
-            ),
-            "answer_grounded": Evidence(note=f"{len(sig.unsupported)} unsupported specifics"),
-        }
-        if sig.research_coverage is not None:
-            evidence["index_has_answer"] = Evidence(
-                passage_ids=[sig.research_best.id] if sig.research_best else [],
-                note=f"best key-term coverage {sig.research_coverage:.2f}",
-            )
+        retrieved, in_index, holder, evidence = _containment_facts(sig)
+        evidence["answer_grounded"] = _grounding_evidence(sig)
+        evidence["answer_declined"] = _decline_evidence(sig, trace)
         facts = base.model_copy(
             update={
                 "retrieved_has_answer": retrieved,
-                "index_has_answer": True if retrieved else in_index,
-                "answer_collection": (holder.collection if holder else collection),
-                "answer_grounded": not sig.unsupported,
-                "answer_declined": sig.declined,
+                "index_has_answer": in_index,
+                "answer_collection": holder.collection if holder and in_index else None,
+                "answer_grounded": sig.grounded,
+                "answer_declined": sig.declined and not sig.grounding.empty,
                 "unsupported_claims": sig.unsupported,
-                "answer_sources": [holder.source_url] if holder and holder.source_url else [],
+                "answer_sources": [holder.source_url] if holder and in_index and holder.source_url else [],
                 "evidence": evidence,
             }
         )

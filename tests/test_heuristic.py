@@ -1,0 +1,192 @@
+"""The offline judge's signals: behaviour, not tuned figures."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from triage.domain.records import Facts, Passage, ToolCall, Trace
+from triage.domain.rule import decide
+from triage.judges.heuristic import HeuristicJudge
+from triage.judges.offline import containment as cont
+from triage.judges.offline.declines import declines
+from triage.judges.offline.grounding import (
+    answer_text,
+    arithmetic,
+    check,
+    negation_contradictions,
+    unsupported_specifics,
+    value_contradictions,
+)
+from triage.judges.offline.text import Pool, looks_english, specifics, stem, word_set
+
+
+def test_words_meet_across_forms_and_identifiers() -> None:
+    assert stem("reused") == stem("reusing") == stem("reuse")
+    assert {"min", "trial", "requir"} <= word_set("min_trials_required")
+    assert "metric" in word_set("metricStrategies")
+    assert word_set("kube\u200bctl") == word_set("kubectl")
+
+
+def test_pool_weighs_a_word_no_passage_holds_most() -> None:
+    pool = Pool(["katib experiment trial", "katib experiment", "katib"])
+    assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")
+    assert pool.weighted_coverage({"katib", "tpu"}, word_set("katib")) < 0.5
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "I couldn't find anything about that in the documentation.",
+        "The overview says nothing about TPUs, so I can't confirm it.",
+        "I found no documented way to set a per-task timeout.",
+        "The page doesn't cover dynamic allocation.",
+        "No encontré información sobre eso en la documentación.",
+        "Je n'ai pas trouvé cette option dans la documentation.",
+        "Ich habe dazu in der Dokumentation nichts gefunden.",
+        "ドキュメントには記載がありません。",
+        "文档中没有提到这个功能。",
+    ],
+)
+def test_declines_in_several_languages(answer: str) -> None:
+    assert declines(answer)
+
+
+@pytest.mark.parametrize(
+    "answer", ["JAX is not supported by Kubeflow Trainer.", "Set `parallelism: 2` on the loop.", ""]
+)
+def test_a_claim_is_not_a_decline(answer: str) -> None:
+    assert not declines(answer)
+
+
+def test_specifics_of_an_answer() -> None:
+    found = specifics(
+        "Use `kfp dsl compile` with --output, set CD_REGISTRATION_FLOW, see v2.1 and SubprocessRunner."
+    )
+    assert {"kfp dsl compile", "--output", "CD_REGISTRATION_FLOW", "v2.1", "SubprocessRunner"} <= set(found)
+    assert "e.g" not in specifics("Check it, e.g. with kubectl.")
+
+
+def test_exempt_specifics_question_placeholders_arithmetic() -> None:
+    seen = ["Set `parallelTrialCount: 3` and `maxTrialCount: 12`.", "kubectl get pods -n kubeflow"]
+    answer = (
+        "With `parallelTrialCount: 3` and 12 trials you get 4 rounds; run `kubectl get pods -n <namespace>`."
+    )
+    missing, _ = unsupported_specifics(answer, seen, question="")
+    assert missing == []  # 4 = 12 / 3, and <namespace> is a placeholder
+    missing, _ = unsupported_specifics(
+        "Use `team-b` and port 9090.", ["port 8080"], question="my team-b namespace"
+    )
+    assert missing == ["9090"]
+
+
+def test_arithmetic_on_shown_numbers() -> None:
+    shown = {Fraction(12), Fraction(3)}
+    assert arithmetic("4", shown) and arithmetic("36", shown) and arithmetic("15", shown)
+    assert not arithmetic("7", shown)
+
+
+def test_a_seen_call_with_other_seen_arguments_is_supported() -> None:
+    seen = ["task.set_caching_options(False) turns caching off; True keeps it."]
+    assert unsupported_specifics("Call `.set_caching_options(True)`.", seen)[0] == []
+    assert unsupported_specifics("Call `kfp.compile(p)`.", ["kfp", "compile"])[0] == ["kfp.compile(p)"]
+
+
+def test_an_invisible_character_inside_a_word_is_not_grounded() -> None:
+    passage = "Run kubectl logs my-pod."
+    g = check("Run `kube\u200bctl logs my-pod`.", [passage], [passage])
+    assert not g.grounded and any("invisible" in u for u in g.unsupported)
+
+
+def test_a_swapped_value_contradicts_the_passage() -> None:
+    passages = ["registry = ModelRegistry(port=8080)", "The gRPC port is 9090."]
+    assert value_contradictions("Connect with port=9090.", passages[:1], passages)
+    assert not value_contradictions("Connect with port=8080.", passages[:1], passages)
+    # an unseen value is an unsupported specific, not also a contradiction
+    assert not value_contradictions("Connect with port=7777.", passages[:1], passages)
+
+
+def test_a_negation_contradicts_a_positive_passage() -> None:
+    passages = ["Kubeflow Trainer supports frameworks including PyTorch, MLX, JAX and XGBoost."]
+    assert negation_contradictions("JAX and MLX are not supported.", passages)
+    assert not negation_contradictions("TPUs are not supported.", passages)
+
+
+def test_no_answer_is_neither_grounded_nor_a_decline() -> None:
+    assert check("   ", ["anything"], ["anything"]).grounded is False
+
+
+def test_a_json_answer_is_read_for_its_text() -> None:
+    text = answer_text('{"answer": "It reads /var/log/metrics.log.", "confidence": 0.93}')
+    assert "metrics.log" in text and "0.93" not in text
+
+
+def test_prose_written_from_memory_is_weakly_supported() -> None:
+    seen = ["The Central Dashboard shows namespaces and the pipelines of each profile."]
+    faithful = check(
+        "The Central Dashboard shows the namespaces and the pipelines of each profile.", seen, seen
+    )
+    invented = check(
+        "Open the account menu, choose Change password and type a fresh secret twice.", seen, seen
+    )
+    assert faithful.prose_support is not None and invented.prose_support is not None
+    assert faithful.prose_support > invented.prose_support
+
+
+def test_a_non_english_question_is_read_through_the_agents_queries() -> None:
+    assert not looks_english("KFPでパイプラインをYAMLファイルにコンパイルするには？")
+    assert looks_english("How do I compile a pipeline to YAML?")
+    calls = [ToolCall(id="t1", name="search", args={"query": "kfp compile pipeline yaml"}, collection="docs")]
+    assert {"compil", "pipelin"} <= cont.question_terms("KFPでパイプラインをコンパイルするには？", calls)
+
+
+PAGE = Passage(
+    id="R1",
+    collection="docs",
+    source_url="https://docs/x",
+    text="Median stopping: min_trials_required defaults to 3, start_step to 4.",
+)
+NOISE = [
+    Passage(id=f"S{i}", collection="docs", source_url=f"https://docs/n{i}", text=text)
+    for i, text in enumerate(
+        ["Katib runs experiments.", "Katib trials report metrics.", "Notebooks run pods."], 2
+    )
+]
+
+
+def test_containment_a_passage_with_the_rare_words_holds_a_gap_holds_nothing() -> None:
+    q = "What are the defaults of min_trials_required and start_step in Katib?"
+    found = cont.contain(q, "3 and 4.", [], [PAGE], [PAGE, *NOISE], answer_counts=True)
+    assert found.retrieved_holds and found.index_holds
+    gap = cont.contain("Does Katib support TPU quotas?", "No.", [], [NOISE[0]], NOISE, answer_counts=True)
+    assert not gap.retrieved_holds and gap.index_holds is False
+
+
+def test_containment_a_better_passage_elsewhere_outranks_a_weak_retrieved_one() -> None:
+    q = "What are the defaults of min_trials_required and start_step in Katib?"
+    found = cont.contain(q, "Katib runs experiments.", [], [NOISE[0]], [*NOISE, PAGE], answer_counts=True)
+    assert found.outranked and not found.retrieved_holds and found.index_holds
+
+
+def test_containment_a_decline_is_believed_at_moderate_coverage() -> None:
+    q = "How do I set the defaults of min_trials_required for a Katib notebook quota?"
+    believed = cont.contain(q, "", [], [PAGE], [PAGE, *NOISE], answer_counts=False, declined=True)
+    plain = cont.contain(q, "", [], [PAGE], [PAGE, *NOISE], answer_counts=False, declined=False)
+    assert believed.hold_threshold > plain.hold_threshold
+
+
+@pytest.mark.anyio
+async def test_the_judge_states_a_confidence_for_every_fact() -> None:
+    trace = Trace(
+        id="t",
+        question="What are the defaults of min_trials_required and start_step in Katib?",
+        answer="`min_trials_required` defaults to 3 and `start_step` to 4.",
+        tool_calls=[ToolCall(id="c", name="search", args={"query": "median stop"}, collection="docs")],
+        passages=[PAGE],
+    )
+    base = Facts(agent_searched=True, agent_searched_collections=["docs"])
+    facts = await HeuristicJudge().judge(trace, [PAGE, *NOISE], None, base)
+    assert decide(facts).value == "ok"
+    for name in ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined"):
+        assert facts.evidence[name].confidence in ("high", "medium", "low")

@@ -1,0 +1,159 @@
+"""Containment: which passage holds the answer, retrieved (R) or re-searched (S)?
+
+Topical overlap is not containment, so a passage is scored on what the question needs, weighted
+by how rare each need is among the trace's own passages:
+
+- **question coverage**: the inverse-document-frequency weighted share of the question's content
+  words a passage holds. A word every passage shares weighs little; a word no passage holds
+  weighs most, which is what makes a content gap visible (nothing holds "TPU"). A question not in
+  English is read through its Latin-script words and the agent's own search queries, since the
+  docs are English.
+- **answer support**: the share of the answer's specifics (question's own left out) that the
+  retrieved passages hold, for an answer that does not decline. An answer whose specifics are
+  the passages' is evidence the passages answer; it adds to the best retrieved coverage.
+- **a better passage elsewhere**: the best re-searched passage from another page than any
+  retrieved one, covering the question clearly better than the best retrieved passage, means the
+  agent's passages missed the answer (a retrieval or routing miss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from triage.domain.records import Passage, ToolCall
+from triage.judges.offline.text import Pool, looks_english, specifics, squash, strip_invisible, word_set
+
+#: a passage holds the answer at this score (question coverage, plus the answer support bonus)
+HOLD_THRESHOLD = 0.65
+#: a re-searched passage elsewhere this much better than the best retrieved one outranks it
+OUTRANK_MARGIN = 0.2
+#: weight of the answer's support by the retrieved passages
+ANSWER_WEIGHT = 0.4
+#: the index holds the answer when some re-searched passage covers the question this well
+INDEX_THRESHOLD = 0.55
+#: a declining agent read its passages and says the answer is not there: overruled only from here
+DECLINED_HOLD_THRESHOLD = 0.85
+
+
+def question_terms(question: str, tool_calls: Sequence[ToolCall]) -> set[str]:
+    terms = set(word_set(question))
+    if looks_english(question):
+        return terms
+    terms = {t for t in terms if t.isascii()}
+    for call in tool_calls:
+        query = call.args.get("query") if call.is_search else None
+        if isinstance(query, str):
+            terms |= word_set(query)
+    return terms
+
+
+def passage_text(passage: Passage) -> str:
+    return f"{passage.title or ''}\n{passage.text}"
+
+
+def _same_passage(x: str, y: str) -> bool:
+    """Two squashed passage texts are one passage (one is cut from the other)."""
+    return x[:120] in y or y[:120] in x
+
+
+@dataclass
+class Scored:
+    passage: Passage
+    coverage: float  # idf-weighted question coverage
+
+
+@dataclass
+class Containment:
+    """What the containment scores found for one trace."""
+
+    retrieved: list[Scored]
+    researched: list[Scored] | None
+    answer_support: float | None  # the answer's specifics held by the retrieved passages
+    retrieved_best: Scored | None
+    elsewhere_best: Scored | None  # the best re-searched passage from a page the agent did not retrieve
+    researched_best: Scored | None
+    declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
+
+    @property
+    def retrieved_score(self) -> float:
+        base = self.retrieved_best.coverage if self.retrieved_best else 0.0
+        return base + ANSWER_WEIGHT * (self.answer_support or 0.0) if self.retrieved_best else 0.0
+
+    @property
+    def outranked(self) -> bool:
+        """A clearly better passage elsewhere, and the best retrieved one does not cover the question
+        by itself (it leans on the answer's specifics: the answer may be grounded off target)."""
+        if self.elsewhere_best is None:
+            return False
+        best = self.retrieved_best.coverage if self.retrieved_best else 0.0
+        if best >= HOLD_THRESHOLD:
+            return False
+        return self.elsewhere_best.coverage >= max(best + OUTRANK_MARGIN, HOLD_THRESHOLD)
+
+    @property
+    def hold_threshold(self) -> float:
+        return DECLINED_HOLD_THRESHOLD if self.declined else HOLD_THRESHOLD
+
+    @property
+    def retrieved_holds(self) -> bool:
+        return self.retrieved_score >= self.hold_threshold and not self.outranked
+
+    @property
+    def index_score(self) -> float | None:
+        if self.researched is None:
+            return None
+        return self.researched_best.coverage if self.researched_best else 0.0
+
+    @property
+    def index_holds(self) -> bool | None:
+        if self.retrieved_holds:
+            return True
+        score = self.index_score
+        return None if score is None else score >= INDEX_THRESHOLD
+
+
+def contain(
+    question: str,
+    answer: str,
+    tool_calls: Sequence[ToolCall],
+    retrieved: Sequence[Passage],
+    researched: Sequence[Passage] | None,
+    answer_counts: bool,
+    declined: bool = False,
+) -> Containment:
+    """Score every passage of a trace. `answer_counts`: the answer neither declines nor is empty, so
+    its specifics say what the passages should hold."""
+    pool = Pool([passage_text(p) for p in [*retrieved, *(researched or [])]])
+    terms = question_terms(question, tool_calls)
+
+    def score(p: Passage) -> Scored:
+        return Scored(p, pool.weighted_coverage(terms, word_set(passage_text(p))))
+
+    r_scored = [score(p) for p in retrieved]
+    s_scored = [score(p) for p in researched] if researched is not None else None
+    support: float | None = None
+    if answer_counts and retrieved:
+        asked = squash(question)
+        wanted = [s for s in specifics(strip_invisible(answer)) if squash(s) not in asked]
+        if wanted:
+            held = squash(strip_invisible("\n".join(f"{p.text} {p.source_url or ''}" for p in retrieved)))
+            support = sum(squash(s) in held for s in wanted) / len(wanted)
+    r_best = max(r_scored, key=lambda s: s.coverage, default=None)
+    urls = {p.source_url for p in retrieved if p.source_url}
+    r_texts = [squash(p.text) for p in retrieved]
+    elsewhere = [
+        s
+        for s in s_scored or []
+        if not any(_same_passage(squash(s.passage.text), r) for r in r_texts)
+        and not (s.passage.source_url and s.passage.source_url in urls)
+    ]
+    return Containment(
+        retrieved=r_scored,
+        researched=s_scored,
+        answer_support=support,
+        retrieved_best=r_best,
+        elsewhere_best=max(elsewhere, key=lambda s: s.coverage, default=None),
+        researched_best=max(s_scored or [], key=lambda s: s.coverage, default=None),
+        declined=declined,
+    )

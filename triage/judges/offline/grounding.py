@@ -1,0 +1,257 @@
+"""Grounding: is every specific of the answer in what the agent saw, and does none contradict it?
+
+- **unsupported specifics**: URLs, flags, code spans, identifiers, versions and numbers of the answer
+  found in no text the agent saw (question, tool outputs, passages, their URLs). Exempt: a
+  specific the question itself supplies, a placeholder (`<namespace>`, `${NAME}`, `my_pipeline.py`),
+  a number that is arithmetic on two numbers shown (a sum, difference, product or ratio), and a
+  code span made only of seen words (a command line reworded). Exact strings are compared, so a
+  zero-width space inside `kubectl` makes it unsupported.
+- **contradictions**: a `key: value` / `key=value` of the answer whose key the passages give with
+  another value and never with this one; an answer sentence that negates a term ("X is not
+  supported", "no X") which a passage states without negation.
+- **no answer**: an empty or whitespace answer is not grounded (and not a decline): the agent failed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from triage.judges.offline.declines import declines
+from triage.judges.offline.text import looks_english, specifics, squash, strip_invisible, word_set
+
+_PLACEHOLDER = re.compile(
+    r"<[^<>\s]+>|\$\{?[A-Z_][A-Z0-9_]*\}?|\b(?:my|your|our)(?:[_-][\w.-]*)?\b|\b(?:example|foo|bar)\b|\.\.\.",
+    re.IGNORECASE,
+)
+_NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\w)")
+_PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])\s*[:=]\s*[\"']?([\w./-]+)[\"']?")
+_SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|isn't|aren't|doesn't|don't|cannot|can't|won't|neither|nor|without|unsupported)\b",
+    re.IGNORECASE,
+)
+_DECLARATIVE_NEGATION = re.compile(
+    r"\b(?:(?:is|are)\s+not|isn't|aren't|(?:does|do)\s+not|doesn't|don't|cannot|can't)\s+"
+    r"(?:supported|available|possible|allowed|among|included|listed|part of|support|work|run|exist)\b",
+    re.IGNORECASE,
+)
+
+
+def answer_text(answer: str) -> str:
+    """The answer's prose: a JSON object answer is read for its string values (an agent that leaked
+    its structured output still said something), other answers as they are."""
+    stripped = answer.strip()
+    if stripped.startswith("{") and stripped.endswith("}"):
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            return answer
+        if isinstance(data, dict):
+            texts = [
+                v for k, v in data.items() if isinstance(v, str) and k.lower() not in ("confidence", "id")
+            ]
+            texts += [s for v in data.values() if isinstance(v, list) for s in v if isinstance(s, str)]
+            return "\n".join(texts) if texts else answer
+    return answer
+
+
+def _numbers(text: str) -> set[Fraction]:
+    out: set[Fraction] = set()
+    for m in _NUM.findall(text):
+        try:
+            out.add(Fraction(m))
+        except (ValueError, ZeroDivisionError):
+            continue
+    return out
+
+
+def arithmetic(value: str, shown: set[Fraction], limit: int = 40) -> bool:
+    """`value` is a sum, difference, product or ratio of two shown numbers (or of one with itself)."""
+    try:
+        target = Fraction(value)
+    except (ValueError, ZeroDivisionError):
+        return False
+    small = sorted(shown)[:limit]
+    for i, a in enumerate(small):
+        for b in small[i:]:
+            if target in (a + b, abs(a - b), a * b) or (b and target == a / b) or (a and target == b / a):
+                return True
+    return False
+
+
+@dataclass
+class Grounding:
+    """What the grounding checks found."""
+
+    unsupported: list[str] = field(default_factory=list)
+    contradictions: list[str] = field(default_factory=list)
+    checked: int = 0  # specifics checked (after the exemptions)
+    empty: bool = False
+    #: the share of the answer's content words (declining sentences and the question's words left
+    #: out) found in what the agent saw; None when the answer has too few to tell
+    prose_support: float | None = None
+
+    @property
+    def grounded(self) -> bool:
+        return not self.empty and not self.unsupported and not self.contradictions
+
+
+def _seen_words(token: str, haystack_words: set[str]) -> bool:
+    parts = [p for p in re.split(r"[^\w]+", token.lower()) if len(p) > 1]
+    return all(p in haystack_words for p in parts)
+
+
+_KEY_PATH = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+")
+_KIND_NAME = re.compile(r"[A-Z][A-Za-z]+/[a-z0-9][\w.-]*")
+
+
+def _seen_call_chain(needle: str, haystack: str, haystack_words: set[str]) -> bool:
+    """A call or a chain of calls (`kfp.Client().set_user_namespace("<ns>")`) where every link's name
+    is seen as a call and every argument word is seen or a placeholder."""
+    if "(" not in needle:
+        return False
+    links = [link for link in re.split(r"\)\s*\.", needle) if link.strip()]
+    for link in links:
+        head, paren, args = link.partition("(")
+        head = head.strip(" .")
+        if not head or (f"{head}(" not in haystack and f"{head.rsplit('.', 1)[-1]}(" not in haystack):
+            return False
+        if not _seen_words(_PLACEHOLDER.sub(" ", args), haystack_words):
+            return False
+    return True
+
+
+def invisible_marks(answer: str) -> list[str]:
+    """Words of the answer with an invisible character inside (`kube\u200bctl`): pasted, they fail."""
+    if answer.isascii():
+        return []
+    found = []
+    for token in re.findall(r"\S+", answer):
+        stripped = strip_invisible(token)
+        if stripped != token and stripped.strip():
+            found.append(f"{stripped.strip('`.,;:')} (with an invisible character)")
+    return list(dict.fromkeys(found))
+
+
+def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") -> tuple[list[str], int]:
+    """Specifics of `answer` in none of the texts seen, and how many were checked."""
+    texts = list(seen)
+    haystack = squash("\n".join(texts))
+    haystack_words = {w for w in re.split(r"[^\w]+", haystack) if w}
+    q = squash(question)
+    shown = _numbers("\n".join(texts))
+    missing: list[str] = []
+    checked = 0
+    for item in specifics(answer):
+        needle = squash(item)
+        if not needle or needle in q:
+            continue
+        if _PLACEHOLDER.search(item) and not _seen_call_chain(needle, haystack, haystack_words):
+            # a template: what is left once the placeholders are cut out must still be seen
+            rest = [squash(part) for part in _PLACEHOLDER.split(item)]
+            rest = [part for part in rest if len(re.sub(r"[^\w]", "", part)) > 2]
+            checked += bool(rest)
+            if any(part not in haystack for part in rest):
+                missing.append(item)
+            continue
+        checked += 1
+        if needle in haystack:
+            continue
+        if " " in needle and all(tok in haystack for tok in needle.split() if len(tok) > 1):
+            continue  # a code span made only of seen tokens (a command line, reworded)
+        if _seen_call_chain(needle, haystack, haystack_words):
+            continue  # seen calls with seen arguments: `.set_caching_options(True)`
+        if _KEY_PATH.fullmatch(item) and all(f"{seg.lower()}:" in haystack for seg in item.split(".")):
+            continue  # a path of nested YAML keys, each one seen as a key: `runtimeRef.name`
+        if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words for part in item.split("/")):
+            continue  # Kubernetes `Kind/name` notation for a seen kind and a seen name
+        if _NUM.fullmatch(needle) and arithmetic(needle, shown):
+            continue
+        missing.append(item)
+    return missing, checked
+
+
+def pairs(text: str) -> dict[str, set[str]]:
+    """`key: value` and `key=value` pairs, keys lower-cased, values as written (quotes dropped)."""
+    out: dict[str, set[str]] = {}
+    for key, value in _PAIR.findall(text):
+        if key.lower() in ("http", "https") or value.startswith("//"):
+            continue
+        out.setdefault(key.lower(), set()).add(value.lower())
+    return out
+
+
+def value_contradictions(answer: str, passages: Sequence[str], seen: Sequence[str] = ()) -> list[str]:
+    """The answer's `key: value` whose key the passages give, only ever with other values, while the
+    value itself is seen elsewhere (a swapped value; an unseen value is already an unsupported
+    specific)."""
+    given: dict[str, set[str]] = {}
+    for text in passages:
+        for key, values in pairs(text).items():
+            given.setdefault(key, set()).update(values)
+    haystack = squash("\n".join([*passages, *seen]))
+    found = []
+    for key, values in pairs(answer).items():
+        theirs = {v for v in given.get(key, set()) if not _PLACEHOLDER.search(v)}
+        mine = {v for v in values if not _PLACEHOLDER.search(v) and squash(v) in haystack}
+        if len(key) > 2 and theirs and mine and not values & theirs:
+            found.append(f"{key}: {sorted(mine)[0]} (the passages give {', '.join(sorted(theirs)[:3])})")
+    return found
+
+
+def negation_contradictions(answer: str, passages: Sequence[str], question: str = "") -> list[str]:
+    """Answer sentences that deny what a passage states: a term negated in the answer ("X is not
+    supported") that a passage sentence gives without any negation, near the same subject."""
+    found = []
+    passage_sentences = [s for text in passages for s in _SENTENCE.split(strip_invisible(text)) if s.strip()]
+    positive = [word_set(s) for s in passage_sentences if not _NEGATION.search(s)]
+    for sentence in _SENTENCE.split(strip_invisible(answer)):
+        match = _DECLARATIVE_NEGATION.search(sentence)
+        if not match:
+            continue
+        subject = word_set(sentence[: match.start()])
+        if not subject:
+            continue
+        # the terms the sentence denies, held together by one positive passage sentence
+        asked = word_set(question)
+        if any(len(subject & ws) >= min(2, len(subject)) and subject <= ws | asked for ws in positive):
+            found.append(sentence.strip()[:200])
+    return found
+
+
+MIN_PROSE_WORDS = 6
+
+
+def prose_support(answer: str, seen: Sequence[str], question: str = "") -> float | None:
+    """The share of the answer's content words found in what the agent saw.
+
+    Sentences with a decline phrase are left out (they talk about the docs, not about Kubeflow), and
+    so are the question's own words. A faithful answer paraphrases, but most of its words are the
+    passages' words; an answer written from memory is not."""
+    if not looks_english(answer):
+        return None  # the passages are English: a translated answer shares few of their words
+    kept = [
+        s for s in re.split(r"(?<=[.!?;])\s+|\n+", strip_invisible(answer)) if s.strip() and not declines(s)
+    ]
+    mine = word_set(" ".join(kept)) - word_set(question)
+    if len(mine) < MIN_PROSE_WORDS:
+        return None
+    theirs = word_set("\n".join(seen))
+    return len(mine & theirs) / len(mine)
+
+
+def check(answer: str, seen: Sequence[str], passages: Sequence[str], question: str = "") -> Grounding:
+    """Every grounding check on `answer` against what the agent saw."""
+    if not answer.strip():
+        return Grounding(empty=True)
+    text = answer_text(answer)
+    missing, checked = unsupported_specifics(text, seen, question)
+    missing = invisible_marks(text) + missing
+    contradictions = value_contradictions(text, passages, seen) + negation_contradictions(
+        text, passages, question
+    )
+    return Grounding(missing, contradictions, checked, prose_support=prose_support(text, seen, question))

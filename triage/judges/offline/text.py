@@ -1,0 +1,163 @@
+"""Words, stems and specifics: the string machinery the offline judge's signals share.
+
+Everything here is language-neutral string work (no model, no word lists beyond English stopwords):
+words are cut at identifier boundaries as well as spaces, so `min_trials_required` also yields
+`min`, `trial`, `required`; stems come from a light suffix stripper, so `reused`, `reusing` and
+`reuse` meet; invisible format characters (zero-width spaces, bidi marks) are removed before
+comparing words, but kept where exact strings are compared (grounding).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+STOPWORDS = frozenset(
+    """a about above after again all also am an and any are as at be been before being below between both but by
+    can cannot could did do does doing done don down during each even ever every few for from further get gets
+    getting got had has have having he her here hers him his how however i if in into is it its itself just
+    let like make makes many may me might more most much must my need needs no nor not now of off on once only or
+    other our out over own per please really same see set she should show so some still such than that the their
+    them then there these they this those through to too try trying under until up upon us use used using very
+    want wants was way we well were what when where whether which while who whom why will with within without
+    would yes yet you your yours thing things something anything work works working there's it's i'm don't
+    doesn't isn't aren't can't won't didn't via etc e.g i.e one two our ours able""".split()
+)
+
+_WORD = re.compile(r"[^\W_](?:[\w.\-/]*[^\W_])?")
+_SUBWORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
+_TOKEN = re.compile(r"[^\W\d_]+", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+_URL = re.compile(r"https?://[^\s<>()\[\]`'\"]+")
+_FLAG = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
+_CODE = re.compile(r"`([^`\n]+)`")
+_IDENT = re.compile(
+    r"(?<![\w./-])(?:[A-Za-z_][\w-]*(?:[._/][A-Za-z0-9_-]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+_[A-Za-z0-9_]+"
+    r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)"
+)
+_ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|vs|a\.k\.a|cf)\.?$", re.IGNORECASE)
+_QUANTITY = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%])(?!\w|\.\w)")
+_VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)*(?!\w|\.\w)")
+_NUMBER = re.compile(r"(?<![\w.])\d{2,}(?!\w|\.\w)")
+
+
+def strip_invisible(text: str) -> str:
+    """`text` without format characters (zero-width spaces and joiners, bidi controls)."""
+    if text.isascii():
+        return text
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+
+
+def squash(text: str) -> str:
+    """Lower case, runs of whitespace as one space: how strings are compared."""
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light suffix stripper: plural, -ing, -ed, -ly, a final -e; enough to match word forms."""
+    w = word.lower()
+    if len(w) <= 3 or not w.isalpha():
+        return w
+    if w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith("sses"):
+        w = w[:-2]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    for suffix in ("ing", "ed", "ly"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            w = w[: -len(suffix)]
+            if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+                w = w[:-1]  # running -> run, stopped -> stop
+            break
+    if w.endswith("e") and len(w) > 4:
+        w = w[:-1]
+    return w
+
+
+def words(text: str) -> list[str]:
+    """Stemmed content words of `text`, identifiers whole and in parts, stopwords dropped.
+
+    CJK text has no spaces: each CJK character pair counts as a word there."""
+    text = strip_invisible(text)
+    out: list[str] = []
+    for token in _WORD.findall(text):
+        low = token.lower()
+        if not token.isascii() and _CJK.search(token):
+            chars = [c for c in token if _CJK.match(c)]
+            out += [a + b for a, b in zip(chars, chars[1:], strict=False)]
+            token = _CJK.sub(" ", token)
+            out += [stem(p) for p in _SUBWORD.findall(token) if len(p) >= 2 and p.lower() not in STOPWORDS]
+            continue
+        parts = [p for p in _SUBWORD.findall(token) if p]
+        if low not in STOPWORDS and (len(low) >= 3 or (len(low) == 2 and token.isupper())):
+            out.append(stem(low) if len(parts) <= 1 else low)
+        if len(parts) > 1:
+            out += [stem(p) for p in parts if len(p) >= 3 and p.lower() not in STOPWORDS]
+    return out
+
+
+def word_set(text: str) -> frozenset[str]:
+    """The set of `words(text)`; cached, since a trace's passages recur across traces."""
+    return _word_set(text) if len(text) <= 20_000 else frozenset(words(text))
+
+
+@lru_cache(maxsize=4096)
+def _word_set(text: str) -> frozenset[str]:
+    return frozenset(words(text))
+
+
+def specifics(answer: str) -> list[str]:
+    """The checkable specifics of a text (URLs, flags, code spans, identifiers, versions, numbers), in
+    order of appearance, without repeats."""
+    found: list[str] = []
+    without_urls = _URL.sub(" ", answer)
+    found += [u.rstrip(".,;:!?") for u in _URL.findall(answer)]
+    found += _FLAG.findall(without_urls)
+    found += [c.strip() for c in _CODE.findall(without_urls)]
+    plain = _CODE.sub(" ", without_urls)
+    found += [i.rstrip(".,;:") for i in _IDENT.findall(plain)]
+    found += _VERSION.findall(plain)
+    found += _QUANTITY.findall(plain)
+    found += _NUMBER.findall(_VERSION.sub(" ", plain))
+    return [s for s in dict.fromkeys(found) if s and not _ABBREVIATION.match(s)]
+
+
+class Pool:
+    """Document frequencies over the passages of one trace (retrieved and re-searched): a term's
+    weight is its inverse document frequency there, so words every passage shares count little and
+    a term no passage holds counts most."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.sets = [word_set(t) for t in texts]
+        self.df: Counter[str] = Counter()
+        for s in self.sets:
+            self.df.update(s)
+        self.n = len(texts)
+
+    def idf(self, term: str) -> float:
+        return math.log((self.n + 1) / (self.df.get(term, 0) + 0.5))
+
+    def weighted_coverage(self, terms: Iterable[str], have: frozenset[str] | set[str]) -> float:
+        """The share of the terms' total weight that `have` holds (0 when there are no terms)."""
+        terms = set(terms)
+        total = sum(self.idf(t) for t in terms)
+        if total <= 0:
+            return 0.0
+        return sum(self.idf(t) for t in terms if t in have) / total
+
+
+def looks_english(text: str) -> bool:
+    """True when `text` reads as English: enough of its words are English function words."""
+    tokens = [t.lower() for t in _TOKEN.findall(strip_invisible(text))]
+    if not tokens:
+        return True
+    if not any(t.isascii() for t in tokens):
+        return False
+    return sum(t in STOPWORDS for t in tokens) / len(tokens) >= 0.15
