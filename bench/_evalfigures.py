@@ -104,7 +104,7 @@ async def figures(
             agent_searched=trace.searched, agent_searched_collections=sorted(trace.searched_collections)
         )
         cheap = await cheap_judge.judge(trace, research.get(case["id"]), case["comment"] or None, base)
-        for name, decided in CascadeJudge.shortcuts(trace, research.get(case["id"]), cheap):
+        for name, decided in CascadeJudge.settled(trace, cheap):
             fired[name] += 1
             ok = all(truth[k] == v for k, v in decided.items())
             right[name] += ok

@@ -21,6 +21,7 @@ from tests.doubles.perfect_model import PerfectModel
 from tests.test_llm_judge import base_for, make_judge
 from triage.domain.records import Passage, ToolCall, Trace
 from triage.errors import JudgeError
+from triage.judges.cascade import CascadeJudge
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -82,7 +83,7 @@ def test_every_cascade_shortcut_is_right_wherever_it_fires(ceiling: tuple[dict[t
     _, text = ceiling
     lines = text.split("cascade shortcuts on the whole set", 1)[1].strip().splitlines()[1:]
     figures = dict(re.findall(r"^  (.+?): (\d+/\d+ = [\d.]+|never fires)", "\n".join(lines), re.MULTILINE))
-    assert len(figures) == 4, lines
+    assert len(figures) == len(CascadeJudge.SHORTCUTS), lines
     for name, figure in figures.items():
         assert figure == "never fires" or figure.endswith("= 1.00"), f"{name}: {figure}"
 

@@ -109,6 +109,7 @@ class FakeJudge:
         base: Facts,
         *,
         grounding: bool = True,
+        containment: bool = True,
     ) -> Facts:
         self.history.append(JudgeCall(trace.id, research, comment, grounding, base))
         queue = self._by_trace.get(trace.id) or self._queue

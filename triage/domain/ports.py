@@ -127,9 +127,11 @@ class Judge(Protocol):
         base: Facts,
         *,
         grounding: bool = True,
+        containment: bool = True,
     ) -> Facts:
-        """Return `base` (the facts the trace proves) completed with the judged facts. With
-        `grounding=False`, `answer_grounded` and `answer_declined` may stay unestablished."""
+        """Return `base` (the facts the trace proves) completed with the judged facts. A judge that
+        `can_skip_grounding` honours `grounding=False` (`answer_grounded` and `answer_declined` stay
+        as in `base`) and `containment=False` (the containment facts stay as in `base`)."""
         ...
 
     async def aclose(self) -> None:

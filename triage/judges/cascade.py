@@ -1,71 +1,32 @@
-"""The cascade judge: the cheap (heuristic) judge first, the model only for what it cannot decide.
+"""The cascade judge: the cheap (heuristic) judge first, the model only for the facts it is not sure of.
 
-What the heuristic decides on its own, and why:
+The heuristic states a confidence for every fact. A fact it calls `high` is settled: on the
+evaluation set every `high` fact of the heuristic is right (bench/heuristic_eval.py), and
+`bench/evalset.py --figures` checks each settled group on the whole set. Everything else goes to
+the model, by call:
 
-- **no search call**: the layer is `agent_skipped_retrieval` whatever else is true. No model call.
-- **grounding**, in two cases only:
-  - the answer holds a specific (URL, flag, identifier, setting) that appears nowhere in what the
-    agent saw *and* is built of a word the agent never saw (code and markup boilerplate aside):
-    `answer_grounded=False` is decided. Then `answer_declined` no longer matters to the rule (an
-    ungrounded answer is `generation` or `content_gap_hallucination` either way). A specific made
-    only of seen words (`runtimeRef.name` from a `runtimeRef:` block with a `name:` key,
-    `ClusterRole/kubeflow-view`, `objectiveMetricName` for "the objective metric name"), a number
-    (`0.93`) and any specific of a JSON answer (structured output: its keys and numbers are not
-    claims) are rewordings as often as inventions: those go to the model. Measured on the
-    evaluation set (bench/evalset.py --figures), the exact-string check alone was wrong on 9 of
-    the 38 traces it fired on, grounded answers all; the word check is right on all it fires on.
-  - a decline phrase and no specifics at all: declined and grounded (nothing was invented).
-  In both cases the model is asked for containment only (call A), which saves call B.
-- **containment** is never decided by key-term coverage: shared keywords do not prove a passage
-  holds the answer (the weakest judge task, per ../shared/notes/judging.md). The one unambiguous
-  case is no passage at all, retrieved or re-searched: nothing can hold the answer, so when
-  grounding is decided too, no model call is made.
+- **containment** (call A: `retrieved_has_answer`, `index_has_answer`, the collection) is asked
+  unless every containment fact the rule reads on the heuristic's path is `high`;
+- **grounding** (call B: `answer_grounded`, `answer_declined`) is asked unless both are `high`, or
+  the path is settled and reads neither (a retrieval or routing miss);
+- **no search call**: the trace proves the layer (`agent_skipped_retrieval`); no model call.
 
-Everything else goes to the model in full. The deterministic injection detector runs on every
-trace, so a trace settled without the model is still flagged.
+So a trace costs 0, 1 or 2 model calls, and a fact is never decided by a cheap guess the
+heuristic itself doubts. The deterministic injection detector runs on every trace, so a trace
+settled without the model is still flagged. Each fact records who decided it (`decided_by`).
 """
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Any
-
+from triage.domain.confidence import facts_used
 from triage.domain.ports import Judge
-from triage.domain.records import Evidence, Facts, Passage, Trace, Usage, decided_by
-from triage.judges.heuristic import specifics
+from triage.domain.records import Facts, Passage, Trace, Usage, decided_by
 
-_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
-#: words of code and markup that claim nothing on their own: an answer adds them when it formats
-#: what it saw (`enabled: true`, `https://`, `pip install`, `name:`)
-BOILERPLATE = frozenset(
-    """true false null none yes http https www com org html yaml yml json txt name value key spec metadata kind
-    type api pip install sudo tar zip""".split()
-)
-
-
-def word_parts(text: str) -> set[str]:
-    """The words of `text` and of its identifiers (`earlyStopping` -> early, stopping;
-    `max_concurrency` -> max, concurrency), lower case, three letters or more."""
-    return {p.lower() for p in _WORD_PART.findall(text) if len(p) >= 3}
-
-
-def unseen_words(specific: str, seen: set[str]) -> list[str]:
-    """The words of an answer's specific that the agent never saw (`seen` from `word_parts` of all
-    it saw), leaving out code and markup boilerplate: a specific built only of seen words
-    (`runtimeRef.name` from "runtimeRef" and "name") may be a rewording, one with a new word names
-    something the agent was never shown."""
-    return sorted(w for w in word_parts(specific) - seen if w not in BOILERPLATE)
-
-
-def seen_texts(trace: Trace) -> list[str]:
-    """Everything the agent saw: the question, every tool call's arguments and output, the
-    passages and their sources."""
-    seen = [trace.question, *(c.output for c in trace.tool_calls), *(p.text for p in trace.passages)]
-    seen += [p.source_url or "" for p in trace.passages]
-    seen += [json.dumps(c.args, ensure_ascii=False) for c in trace.tool_calls]
-    return seen
-
+_CONTAINMENT = ("retrieved_has_answer", "index_has_answer", "answer_collection")
+_GROUNDING = ("answer_grounded", "answer_declined")
+#: what a settled group carries with it into the model's facts
+_CONTAINMENT_KEPT = (*_CONTAINMENT, "component", "answer_sources")
+_GROUNDING_KEPT = (*_GROUNDING, "unsupported_claims")
 
 class CascadeJudge:
     """`cheap` first; `model` only where the cheap facts do not decide the layer."""
@@ -79,8 +40,9 @@ class CascadeJudge:
         self.model = model
         self.name = f"cascade:{cheap.name}+{model.name}"
         self.prompt_version: str | None = f"{cheap.prompt_version}+{model.prompt_version}"
-        #: how traces were settled: "cheap" (no model call), "containment" (call A only), "model"
-        self.routes: dict[str, int] = {"cheap": 0, "containment": 0, "model": 0}
+        #: how traces were settled: "cheap" (no model call), "containment" (call A only),
+        #: "grounding" (call B only), "model" (both)
+        self.routes: dict[str, int] = {"cheap": 0, "containment": 0, "grounding": 0, "model": 0}
 
     @property
     def usage(self) -> Usage:
@@ -98,111 +60,61 @@ class CascadeJudge:
         base: Facts,
         *,
         grounding: bool = True,
+        containment: bool = True,
     ) -> Facts:
         cheap = decided_by(await self.cheap.judge(trace, research, comment, base), self.cheap.name)
-        flagged = cheap  # the cheap judge has already run the injection detector
         if not base.agent_searched:
             self.routes["cheap"] += 1
-            return flagged
-        settled = self.grounding_decided(trace, cheap)
-        if settled is not None and not trace.passages and research == []:
+            return cheap  # the cheap judge has already run the injection detector
+        need_a, need_b = self.escalation(cheap)
+        if not (need_a or need_b):
             self.routes["cheap"] += 1
-            update: dict[str, Any] = {"retrieved_has_answer": False, "index_has_answer": False}
-            update.update(self._decided_grounding(trace, cheap, flagged.evidence, settled, self.cheap.name))
-            update["evidence"] = {
-                **update["evidence"],
-                "retrieved_has_answer": Evidence(
-                    confidence="high", note="no passages were retrieved", decided_by=self.cheap.name
-                ),
-                "index_has_answer": Evidence(
-                    confidence="high", note="the re-search found no passages", decided_by=self.cheap.name
-                ),
+            return cheap
+        if not (need_a and need_b) and not self.model.can_skip_grounding:
+            need_a = need_b = True  # a model judge that makes both calls or none
+        self.routes["model" if need_a and need_b else "containment" if need_a else "grounding"] += 1
+        # the model starts from what the trace proves plus the cheap facts it is not asked about
+        kept = _GROUNDING_KEPT if need_a else _CONTAINMENT_KEPT
+        start = base.model_copy(
+            update={
+                **{name: getattr(cheap, name) for name in kept},
+                "evidence": {name: held for name, held in cheap.evidence.items() if name in kept},
             }
-            return flagged.model_copy(update=update)
-        if settled is not None and self.model.can_skip_grounding:
-            self.routes["containment"] += 1
-            judged = await self.model.judge(trace, research, comment, base, grounding=False)
-            update = self._decided_grounding(trace, cheap, judged.evidence, settled, self.cheap.name)
-            update["injection_suspected"] = judged.injection_suspected or flagged.injection_suspected
-            return decided_by(judged.model_copy(update=update), self.model.name)
-        self.routes["model"] += 1
-        judged = await self.model.judge(trace, research, comment, base)
-        return decided_by(judged, self.model.name)  # the model judge runs the same detector
+        )
+        judged = await self.model.judge(trace, research, comment, start, grounding=need_b, containment=need_a)
+        injection = judged.injection_suspected or cheap.injection_suspected
+        return decided_by(judged.model_copy(update={"injection_suspected": injection}), self.model.name)
 
     @staticmethod
-    def _decided_grounding(
-        trace: Trace, cheap: Facts, evidence: dict[str, Evidence], settled: str, judge: str
-    ) -> dict[str, Any]:
-        phrase = "a decline phrase" if cheap.answer_declined else "no decline phrase"
-        invented = invented_specifics(trace, cheap)
-        return {
-            "answer_grounded": cheap.answer_grounded,
-            "answer_declined": cheap.answer_declined,
-            # the specifics with a word never seen first: they are what decided it
-            "unsupported_claims": list(dict.fromkeys([*invented, *cheap.unsupported_claims])),
-            "evidence": {
-                **evidence,
-                "answer_grounded": Evidence(
-                    confidence="high", note=f"decided by the heuristic: {settled}", decided_by=judge
-                ),
-                "answer_declined": Evidence(note=f"decided by the heuristic: {phrase}", decided_by=judge),
-            },
-        }
+    def escalation(cheap: Facts, issues_collection: str = "issues") -> tuple[bool, bool]:
+        """Which calls the model must make: (containment, grounding), from the cheap confidences."""
 
-    #: the cheap checks, by the name `shortcuts` gives them
-    SHORTCUTS = (
-        "no search call",
-        "invented specifics",
-        "a decline phrase and no specifics",
-        "no passages anywhere",
-    )
+        def sure(name: str) -> bool:
+            held = cheap.evidence.get(name)
+            return getattr(cheap, name) is not None and held is not None and held.confidence == "high"
+
+        path = facts_used(cheap, issues_collection)
+        need_a = not all(sure(f) for f in path if f in _CONTAINMENT and f != "answer_collection")
+        if need_a:
+            # the model may take another branch: every branch but a miss reads both grounding facts
+            need_b = not (sure("answer_grounded") and sure("answer_declined"))
+        else:
+            need_b = not all(sure(f) for f in path if f in _GROUNDING)
+        return need_a, need_b
+
+    #: what `settled` reports, for measuring each group's precision (bench/evalset.py --figures)
+    SHORTCUTS = ("no search call", "containment settled", "grounding settled")
 
     @classmethod
-    def shortcuts(
-        cls, trace: Trace, research: list[Passage] | None, cheap: Facts
-    ) -> list[tuple[str, dict[str, bool]]]:
-        """Every cheap check that fires on this trace, with the facts it decides (for measuring
-        each check's precision against labels: bench/evalset.py --figures). `judge` takes them."""
+    def settled(cls, trace: Trace, cheap: Facts) -> list[tuple[str, dict[str, bool]]]:
+        """The groups of facts the cascade takes from the cheap judge on this trace, with their values."""
         if not trace.searched:
             return [("no search call", {"agent_searched": False})]
-        fired: list[tuple[str, dict[str, bool]]] = []
-        settled = cls.grounding_decided(trace, cheap)
-        if settled is not None and cheap.answer_grounded is False:
-            fired.append(("invented specifics", {"answer_grounded": False}))
-        elif settled is not None:
-            fired.append(("a decline phrase and no specifics", {"answer_grounded": True, "answer_declined": True}))
-        if fired and not trace.passages and research == []:
-            fired.append(("no passages anywhere", {"retrieved_has_answer": False, "index_has_answer": False}))
-        return fired
-
-    @staticmethod
-    def grounding_decided(trace: Trace, cheap: Facts) -> str | None:
-        """Why the cheap facts settle grounding (and declining), or None when they do not."""
-        if cheap.answer_grounded is False and cheap.unsupported_claims:
-            invented = invented_specifics(trace, cheap)
-            if invented:
-                return "specifics with words the agent never saw: " + ", ".join(invented[:5])
-            return None
-        if cheap.answer_declined and cheap.answer_grounded and not specifics(trace.answer):
-            return "a decline phrase and no specifics"
-        return None
-
-
-def invented_specifics(trace: Trace, cheap: Facts) -> list[str]:
-    """The answer's unsupported specifics that hold a word the agent never saw; none for a JSON
-    answer (its keys and values are structure, not claims)."""
-    if cheap.answer_grounded is not False or not cheap.unsupported_claims or _is_json(trace.answer):
-        return []
-    seen = word_parts("\n".join(seen_texts(trace)))
-    return [s for s in cheap.unsupported_claims if unseen_words(s, seen)]
-
-
-def _is_json(text: str) -> bool:
-    stripped = text.strip()
-    if not stripped.startswith(("{", "[")):
-        return False
-    try:
-        json.loads(stripped)
-    except (ValueError, RecursionError):
-        return False
-    return True
+        need_a, need_b = cls.escalation(cheap)
+        out: list[tuple[str, dict[str, bool]]] = []
+        groups = (("containment settled", need_a, _CONTAINMENT), ("grounding settled", need_b, _GROUNDING))
+        for group, needed, names in groups:
+            values = {n: v for n in names if isinstance(v := getattr(cheap, n), bool)}
+            if not needed and values:
+                out.append((group, values))
+        return out

@@ -212,6 +212,7 @@ class HeuristicJudge:
         base: Facts,
         *,
         grounding: bool = True,
+        containment: bool = True,
     ) -> Facts:
         sig = signals(trace, research)
         retrieved, in_index, holder, evidence = _containment_facts(sig)

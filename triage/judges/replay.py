@@ -172,6 +172,7 @@ class ReplayJudge:
         base: Facts,
         *,
         grounding: bool = True,
+        containment: bool = True,
     ) -> Facts:
         recorded = self._facts.get(trace.id)
         if recorded is None:

@@ -60,8 +60,7 @@ class FactMaker:
         if grounding is not None:
             update.update(self._grounding(grounding, evidence))
             model_flags.append(("call B", grounding.injection_suspected, grounding.injection_note))
-        else:
-            update.update({"answer_grounded": None, "answer_declined": None, "unsupported_claims": []})
+        # without call B the grounding facts stay as `base` has them: unestablished, or settled by a cascade
         flagged_by_model = [
             f"{where} (model): {note or 'no note'}"[:200] for where, flag, note in model_flags if flag
         ]
@@ -69,6 +68,24 @@ class FactMaker:
         if injection:
             evidence["injection_suspected"] = Evidence(
                 confidence="high" if findings else "low", note="; ".join(findings + flagged_by_model)[:1000]
+            )
+        update["evidence"] = {**base.evidence, **evidence}
+        update["injection_suspected"] = injection or base.injection_suspected
+        return base.model_copy(update=update)
+
+    def grounding_only(self, base: Facts, grounding: GroundingReply | None, findings: list[str]) -> Facts:
+        """`base` (its containment facts settled elsewhere) completed with call B's facts."""
+        evidence: dict[str, Evidence] = {}
+        update: dict[str, Any] = {}
+        flags: list[str] = []
+        if grounding is not None:
+            update.update(self._grounding(grounding, evidence))
+            if grounding.injection_suspected:
+                flags.append(f"call B (model): {grounding.injection_note or 'no note'}"[:200])
+        injection = bool(findings or flags)
+        if injection:
+            evidence["injection_suspected"] = Evidence(
+                confidence="high" if findings else "low", note="; ".join(findings + flags)[:1000]
             )
         update["evidence"] = {**base.evidence, **evidence}
         update["injection_suspected"] = injection or base.injection_suspected

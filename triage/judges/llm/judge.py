@@ -148,15 +148,22 @@ class LLMJudge:
         base: Facts,
         *,
         grounding: bool = True,
+        containment: bool = True,
     ) -> Facts:
         """`base` completed with the judged facts. With `grounding=False` (or no search call) call B
-        is not made and `answer_grounded`/`answer_declined` stay unestablished."""
+        is not made and `answer_grounded`/`answer_declined` stay as in `base`; with
+        `containment=False` call A is not made and the containment facts stay as in `base` (a
+        cascade that settled them)."""
         usage = self.usage_by_trace.start(trace.id)
         findings = guard.trace_findings(trace, research, comment)
         try:
             # both calls at once (half the latency per trace); one failing cancels the other
             async with asyncio.TaskGroup() as group:
-                task_a = group.create_task(self._containment(trace, research, comment, usage))
+                task_a = (
+                    group.create_task(self._containment(trace, research, comment, usage))
+                    if containment or not base.agent_searched
+                    else None
+                )
                 task_b = (
                     group.create_task(self._grounding(trace, usage))
                     # an empty answer has nothing to ground or decline: the engine settles both
@@ -165,17 +172,19 @@ class LLMJudge:
                 )
         except BaseExceptionGroup as group_error:
             raise _first_error(group_error) from None
-        containment, r_set, s_set = task_a.result()
         grounded_reply = task_b.result() if task_b else None
-        if containment.component.name not in self.components:
+        if task_a is None:
+            return self.facts.grounding_only(base, grounded_reply, findings)
+        reply, r_set, s_set = task_a.result()
+        if reply.component.name not in self.components:
             # not a reason to reject the reply: the pick is discarded, the layer facts stand
             log.info(
                 "trace %s: the model picked component %r, which is not in the catalogue; discarded",
                 trace.id,
-                containment.component.name[:60],
+                reply.component.name[:60],
                 extra={"event": "component_discarded"},
             )
-        return self.facts.facts(base, containment, r_set, s_set, grounded_reply, findings)
+        return self.facts.facts(base, reply, r_set, s_set, grounded_reply, findings)
 
     # -- call A ---------------------------------------------------------------------------------
 
