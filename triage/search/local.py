@@ -34,7 +34,8 @@ class LocalSearcher:
 class Researcher:
     """Re-searches a trace's question in every collection; identical queries are made once.
 
-    The cache is bounded (least recently used out) so memory stays flat however large the window.
+    The cache is bounded (least recently used out) so memory stays flat however large the window:
+    256 queries, far more than are in flight at once (concurrency x collections x 2 variants).
     """
 
     def __init__(
@@ -43,7 +44,7 @@ class Researcher:
         collections: Sequence[str],
         top_k: int,
         use_comment: bool,
-        cache_size: int = 1024,
+        cache_size: int = 256,
         max_query_chars: int = 512,
     ) -> None:
         self.searcher = searcher
