@@ -25,7 +25,7 @@ from tests.doubles.fakes import FakeSearcher, passage
 from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.doubles.openai_server import keyword_responder
 from triage.config import load_config
-from triage.domain.records import Facts, Passage, ToolCall, Trace
+from triage.domain.records import Facts, Passage, ToolCall, Trace, Vote
 from triage.judges.llm import replies
 from triage.judges.llm.judge import LLMJudge
 from triage.judges.llm.usage import RecentUsage
@@ -237,3 +237,12 @@ def test_reading_the_votes_holds_a_page_of_score_rows_not_the_window(monkeypatch
     assert votes[0].comment == f"did not answer my question ({votes_in_window - 1})"  # oldest first
     # a page being read and one re-read chunk at most (the old code held all 600, then 1,200)
     assert most <= 2 * SCORES_PAGE, f"{most} score rows alive at once for {votes_in_window} votes"
+
+
+def test_a_vote_held_until_its_trace_is_triaged_carries_no_per_instance_dict() -> None:
+    """Every vote of the window is held until its trace is done: a slotted record, no dict or set."""
+    vote = Vote(id="v1", value=0.0, timestamp=datetime.now(UTC), trace_id="t1")
+    assert not hasattr(vote, "__dict__")
+    assert vote.is_thumbs_down
+    with pytest.raises(ValueError):
+        Vote(id="v2", value=0.0, timestamp=datetime.now(UTC), session_id="s1", turn=-1)
