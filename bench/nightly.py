@@ -57,7 +57,7 @@ TARGET_RERUN_SHARE = 0.10
 
 @dataclass
 class Proc:
-    """One subprocess run: wall time start to exit, exit code, peak RSS (its own ru_maxrss)."""
+    """One subprocess run: wall time start to exit, exit code, peak RSS (its own VmHWM)."""
 
     wall: float
     code: int
@@ -65,6 +65,21 @@ class Proc:
     stdout: str
     stderr: str
     cpu: float  # user + system seconds of the process
+    #: the child's ru_maxrss, for reference only: Linux carries the spawning process's peak RSS
+    #: into the child across the vfork + exec, so at large N it is this benchmark's own RSS
+    maxrss_mb: float = 0.0
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """The process's own peak RSS so far (VmHWM of its address space; reset at exec), in MB."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 @dataclass
@@ -83,6 +98,7 @@ class TriageRun:
     standin_cpu: float  # CPU the benchmark process (the stand-ins) spent during the run
     mcp_cpu: float  # CPU the MCP search server spent during the run
     summary: list[str] = field(default_factory=list)
+    maxrss_mb: float = 0.0  # ru_maxrss (see Proc): not triage's own peak
 
 
 @dataclass
@@ -101,6 +117,7 @@ class BatchedRun:
     scores_landed: int
     result: dict[str, Any]
     standin_cpu: float
+    maxrss_mb: float = 0.0  # ru_maxrss (see Proc): not the job's own peak
 
 
 @dataclass
@@ -120,16 +137,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_process(cmd: list[str], env: dict[str, str], timeout: float) -> Proc:
-    """Run to exit; stdout/stderr go to files (no pipe to fill up); rusage of this child only."""
+def run_process(cmd: list[str], env: dict[str, str], timeout: float, own_peak: bool = True) -> Proc:
+    """Run to exit; stdout/stderr go to files (no pipe to fill up); rusage of this child only.
+
+    Peak RSS: the child's own VmHWM (`own_peak`), else ru_maxrss (a wrapper such as py-spy runs
+    the measured process as its child, whose peak only ru_maxrss covers)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=ROOT)
         deadline = started + timeout
+        peak: float | None = None
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
+            # VmHWM only rises, so the last reading before exit is the peak (within 10 ms); read it
+            # here, not ru_maxrss, which also holds this process's RSS at the time of the spawn
+            if own_peak:
+                peak = peak_rss_mb(proc.pid) or peak
             if time.monotonic() > deadline:
                 proc.kill()
                 pid, status, usage = os.wait4(proc.pid, 0)
@@ -142,10 +167,11 @@ def run_process(cmd: list[str], env: dict[str, str], timeout: float) -> Proc:
         return Proc(
             wall=wall,
             code=proc.returncode,
-            rss_mb=usage.ru_maxrss / 1024,  # KiB on Linux
+            rss_mb=peak if peak is not None else usage.ru_maxrss / 1024,  # ru_maxrss: KiB on Linux
             stdout=out.read(),
             stderr=err.read(),
             cpu=usage.ru_utime + usage.ru_stime,
+            maxrss_mb=usage.ru_maxrss / 1024,
         )
 
 
@@ -299,7 +325,7 @@ def run_triage(
         PROFILE.mkdir(parents=True, exist_ok=True)
         spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw", "--rate", "200"]
         cmd = [*spy, "--output", str(PROFILE / f"{log_name}.txt"), "--", *cmd]
-    proc = run_process(cmd, env, timeout)
+    proc = run_process(cmd, env, timeout, own_peak=PROFILE is None)
     standin_cpu = time.process_time() - cpu_before
     mcp_cpu = mcp.cpu() - mcp_before
     _keep(log_name, proc)
@@ -324,6 +350,7 @@ def run_triage(
         standin_cpu=standin_cpu,
         mcp_cpu=mcp_cpu,
         summary=lines,
+        maxrss_mb=proc.maxrss_mb,
     )
 
 
@@ -382,6 +409,7 @@ def run_batched(
         scores_landed=landed - landed_before,
         result=result,
         standin_cpu=standin_cpu,
+        maxrss_mb=proc.maxrss_mb,
     )
 
 

@@ -1,16 +1,20 @@
 """Per-trace state stays bounded: after K traces the judge and the search caches hold O(1) of them.
 
 The nightly run's memory grew with the window partly because the LLM judge kept a `Usage` per
-trace id for the whole run (read by no sink). These tests count, rather than time or weigh: the
-sizes of every container the judge owns must not grow from K to 3K traces, and the caches never
-pass their bound. The model is an `httpx.MockTransport` answering with the honest scripted
+trace id for the whole run (read by no sink), and because reading the window's votes held every
+score row twice over (the window read, then the re-read by id) before any became a `Vote`. These
+tests count, rather than time or weigh: the sizes of every container the judge owns must not grow
+from K to 3K traces, the caches never pass their bound, and the score rows alive while the votes
+are read are about a page's worth. The model is an `httpx.MockTransport` answering with the honest scripted
 replies of `tests.doubles.openai_server.keyword_responder` (no server, no sleep).
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -18,14 +22,18 @@ import openai
 import pytest
 
 from tests.doubles.fakes import FakeSearcher, passage
+from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.doubles.openai_server import keyword_responder
 from triage.config import load_config
-from triage.domain.records import Facts, Passage, ToolCall, Trace
+from triage.domain.records import Facts, Passage, ToolCall, Trace, Vote
 from triage.judges.llm import replies
 from triage.judges.llm.judge import LLMJudge
 from triage.judges.llm.usage import RecentUsage
 from triage.search.local import Researcher
 from triage.search.mcp_client import McpSearcher
+from triage.sources.langfuse.backend import LangfuseBackend
+from triage.sources.langfuse.scores import SCORES_PAGE, ScoreReads
+from triage.sources.langfuse.wire import ScoreRow
 
 COMPONENTS = load_config().components
 TEXT = "Set parallelTrialCount in the Experiment spec to run more Katib trials at the same time."
@@ -178,3 +186,64 @@ async def test_mcp_result_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     assert searcher.cache_hits == 1
     assert len(searcher._cache) <= 32
     assert not searcher._inflight
+
+
+def _vote_record(n: int, now: datetime) -> dict[str, Any]:
+    """A trace with no observations and one thumbs-down vote (all the vote read needs)."""
+    score = {
+        "id": f"vote-{n:05d}",
+        "name": "user_feedback",
+        "dataType": "BOOLEAN",
+        "value": 0,
+        "comment": f"did not answer my question ({n})",
+        "traceId": f"trace-{n:05d}",
+        "timestamp": iso(now - timedelta(hours=2, seconds=n)),
+        "userId": "voter-1",
+        "metadata": {"page": "docs", "n": n},
+        "environment": "production",
+    }
+    return {"traceId": f"trace-{n:05d}", "observations": [], "scores": [score]}
+
+
+def test_reading_the_votes_holds_a_page_of_score_rows_not_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows of the window (and of the re-read by id) become votes page by page: the score rows
+    alive at any point are about a page's worth, however many votes the window holds."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    votes_in_window = 6 * SCORES_PAGE
+    refs: dict[int, weakref.ref[ScoreRow]] = {}  # one per score row still alive
+    most = 0
+    rows = ScoreReads.rows
+
+    def counted_rows(self: ScoreReads, what: str, **params: Any) -> Iterator[ScoreRow]:
+        nonlocal most
+        for row in rows(self, what, **params):
+            key = id(row)
+            refs[key] = weakref.ref(row, lambda _, key=key: refs.pop(key, None))
+            most = max(most, len(refs))
+            yield row
+            del row
+
+    monkeypatch.setattr(ScoreReads, "rows", counted_rows)
+    with LangfuseStandIn() as server:
+        server.load(_vote_record(n, now) for n in range(votes_in_window))
+        with LangfuseBackend(
+            public_key=server.public_key,
+            secret_key=server.secret_key,
+            base_url=server.url,
+            timeout=5.0,
+            deadline_seconds=10.0,
+        ) as backend:
+            votes = backend.votes("user_feedback", now - timedelta(days=1), now)
+    assert len(votes) == votes_in_window and all(v.is_thumbs_down for v in votes)
+    assert votes[0].comment == f"did not answer my question ({votes_in_window - 1})"  # oldest first
+    # a page being read and one re-read chunk at most (the old code held all 600, then 1,200)
+    assert most <= 2 * SCORES_PAGE, f"{most} score rows alive at once for {votes_in_window} votes"
+
+
+def test_a_vote_held_until_its_trace_is_triaged_carries_no_per_instance_dict() -> None:
+    """Every vote of the window is held until its trace is done: a slotted record, no dict or set."""
+    vote = Vote(id="v1", value=0.0, timestamp=datetime.now(UTC), trace_id="t1")
+    assert not hasattr(vote, "__dict__")
+    assert vote.is_thumbs_down
+    with pytest.raises(ValueError):
+        Vote(id="v2", value=0.0, timestamp=datetime.now(UTC), session_id="s1", turn=-1)

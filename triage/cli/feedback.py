@@ -11,6 +11,7 @@ from triage.cli.common import (
     config_for,
     finish,
     handle_errors,
+    limit_heap_fragmentation,
     load_settings,
     parse_shard,
     report_options,
@@ -110,6 +111,7 @@ def feedback(
     issue_min_size: int,
 ) -> None:
     """Triage every thumbs-down vote in the window (the nightly job)."""
+    limit_heap_fragmentation()  # memory flat in the window: see the function
     settings = load_settings()
     logs.configure(log_format or settings.triage_log_format, settings.secrets())
     from triage.compose import feedback as run

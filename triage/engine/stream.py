@@ -45,8 +45,10 @@ class Stream:
     ) -> None:
         self.traces, self.scores, self.config, self.options = traces, scores, config, options
         self.ledger, self.verdicts, self.stop = ledger, verdicts, stop
+        # one batch ahead of the judges is enough: the next read (one request) lands long before a
+        # batch is judged, and every queued trace holds its tool outputs and passages
         self._traces: asyncio.Queue[tuple[Trace, list[Vote]] | None] = asyncio.Queue(
-            maxsize=2 * options.batch_size
+            maxsize=options.batch_size
         )
         self._scores: asyncio.Queue[_Written | None] = asyncio.Queue(maxsize=2 * options.batch_size)
         self.progress = Progress(0, options.progress_seconds)
@@ -90,7 +92,7 @@ class Stream:
             for trace_id in chunk:
                 votes = by_trace.pop(trace_id)
                 url = self.traces.trace_url(trace_id)
-                rows = found.get(trace_id, [])
+                rows = found.pop(trace_id, [])  # the raw rows go once read, not after the whole batch
                 if isinstance(rows, UnreadableTrace):
                     self.ledger.skip(votes, trace_id, "bad_input", rows.reason)
                     self.progress.tick()

@@ -42,7 +42,8 @@ class Researcher:
     merged rank by rank (every list's first result, then every list's second, ...), so no variant or
     collection crowds out the others' best results.
 
-    The cache is bounded (least recently used out) so memory stays flat however large the window.
+    The cache is bounded (least recently used out) so memory stays flat however large the window:
+    256 queries, far more than are in flight at once (concurrency x collections x variants).
     """
 
     def __init__(
@@ -51,7 +52,7 @@ class Researcher:
         collections: Sequence[str],
         top_k: int,
         use_comment: bool,
-        cache_size: int = 1024,
+        cache_size: int = 256,
         max_query_chars: int = 512,
         use_agent_queries: bool = True,
     ) -> None:

@@ -40,6 +40,11 @@ _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")  # visible ASCII: what a bearer token
 #: connecting: 3 attempts, 1 s then 2 s apart (a server starting beside the job gets a moment)
 MCP_RETRY = RetryPolicy(attempts=3, initial=1.0, maximum=2.0, jitter=0.0)
 
+#: answers kept for identical calls. Small on purpose: the Researcher in front of this client
+#: already shares identical queries (its own bounded cache), and each answer holds top_k passages
+#: of up to a few KB: 4096 answers were about 20-25 MB of a night's peak RSS, flat only once full.
+CACHE_SIZE = 256
+
 
 class _AuthRefused(Exception):
     """Raised from the HTTP response hook, so a refused token is told apart from a dead server."""
@@ -105,7 +110,7 @@ class McpSearcher:
         concurrency: int = 8,
         env: Mapping[str, str] | None = None,
         retry: RetryPolicy = MCP_RETRY,
-        cache_size: int = 4096,
+        cache_size: int = CACHE_SIZE,
     ) -> None:
         if bool(url) == bool(command):
             raise ConfigError("the MCP search server needs exactly one of a URL or a command line")

@@ -284,7 +284,7 @@ class Store:
                     trace_id=row["traceId"],
                     session_id=None if row["traceId"] else row["sessionId"],
                     turn=int(turn) if isinstance(turn, (int, str)) and str(turn).isdigit() else None,
-                    value=row["value"] if row["value"] is not None else -1,
+                    value=float(row["value"]) if row["value"] is not None else -1.0,
                     comment=row["comment"],
                     user_id=row["userId"],
                     timestamp=_parse_time(row["timestamp"], "store"),
