@@ -492,7 +492,7 @@ class LangfuseStandIn:
             out_headers: dict[str, str] = {}
         except HttpProblem as problem:
             status, payload, out_headers = problem.status, {"message": problem.message}, problem.headers
-        data = json.dumps(payload).encode()
+        data = b"" if status == 204 else json.dumps(payload).encode()
         entry.status = status
         if self.record_bodies:
             entry.response_body = data
@@ -545,6 +545,8 @@ class LangfuseStandIn:
             return 200, self._legacy_session(path.removeprefix("/api/public/sessions/"))
         if method == "POST" and path == "/api/public/scores":
             return self._post_scores(body)
+        if method == "DELETE" and path.startswith("/api/public/scores/"):
+            return self._delete_score(path.removeprefix("/api/public/scores/"))
         raise HttpProblem(404 if method in {"GET", "POST"} else 405, "Not Found")
 
     # ----------------------------------------------------------------- endpoints
@@ -975,6 +977,17 @@ class LangfuseStandIn:
         row = self._score_row(payload, received)
         self._enqueue([row])
         return 200, {"id": row["id"]}
+
+    def _delete_score(self, score_id: str) -> tuple[int, Any]:
+        """`DELETE /api/public/scores/{id}`: every physical row of the id (pending ones too); 204."""
+        with self._lock:
+            self._apply_due()
+            before = len(self._score_rows) + len(self._pending)
+            self._score_rows = [r for r in self._score_rows if r["id"] != score_id]
+            self._pending = [(at, e) for at, e in self._pending if e["id"] != score_id]
+            if before == len(self._score_rows) + len(self._pending):
+                raise HttpProblem(404, f"Score {score_id} not found")
+        return 204, None
 
     def _enqueue(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:

@@ -1,6 +1,6 @@
 """The command line: parse options, build settings, call one core function, map errors to exit codes.
 
-One module per command (group): `feedback`, `demo`, `store` (import), `index`; `common` holds
+One module per command (group): `feedback`, `demo`, `store` (import), `index`, `relay`; `common` holds
 what they share. Commands are glue only: the work is in the core they call.
 Exit codes are `triage.errors.ExitCode` (the CronJob's contract, documented in the README).
 """
@@ -15,6 +15,7 @@ from triage.cli.demo import demo
 from triage.cli.eval import eval_
 from triage.cli.feedback import feedback
 from triage.cli.index import index
+from triage.cli.relay import relay
 from triage.cli.store import import_
 from triage.errors import ExitCode
 
@@ -34,7 +35,7 @@ def cli() -> None:
     logs.current_format = "text"  # until a command configures its logging
 
 
-for command in (feedback, demo, import_, index, calibrate, eval_):
+for command in (feedback, demo, import_, index, calibrate, eval_, relay):
     cli.add_command(command)
 
 

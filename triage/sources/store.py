@@ -363,6 +363,45 @@ class Store:
     def trace_url(self, trace_id: str) -> str | None:
         return None
 
+    # -- the relay's writes (`triage relay`) -------------------------------------------------------
+
+    def put_scores(self, bodies: Sequence[dict[str, Any]]) -> None:
+        """Upsert scores given in Langfuse's POST shape (any data type, on a trace or a session).
+
+        As Langfuse does for the same id and timestamp: the value, comment and metadata are
+        replaced; id, timestamp, subject and createdAt stay as first written. One transaction.
+        """
+        now = iso(datetime.now(UTC))
+        rows = []
+        for body in bodies:
+            value = body.get("value")
+            number, text = (None, value) if isinstance(value, str) else (float(value or 0), None)
+            metadata = body.get("metadata") or {}
+            user = metadata.get("userId") if isinstance(metadata, dict) else None
+            stamp = _parse_time(body["timestamp"], "relay") if body.get("timestamp") else datetime.now(UTC)
+            rows.append(
+                (
+                    body["id"], body["name"], number, text, body.get("dataType"), body.get("traceId"),
+                    body.get("sessionId"), body.get("comment"), json.dumps(metadata), user, iso(stamp),
+                    body.get("source") or "API", body.get("environment") or "default", now, now,
+                )
+            )  # fmt: skip
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO scores (id, name, value, stringValue, dataType, traceId, sessionId, comment, "
+                "metadata, userId, timestamp, source, environment, createdAt, updatedAt) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET value = excluded.value, stringValue = excluded.stringValue, "
+                "dataType = excluded.dataType, comment = excluded.comment, metadata = excluded.metadata, "
+                "userId = excluded.userId, updatedAt = excluded.updatedAt",
+                rows,
+            )
+
+    def delete_scores(self, ids: Sequence[str]) -> None:
+        """Remove scores by id (a retracted vote or a verdict field left out); unknown ids are fine."""
+        with self._tx() as db:
+            db.executemany("DELETE FROM scores WHERE id = ?", [(i,) for i in ids])
+
     # -- ScoreReader ----------------------------------------------------------------------------
 
     def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:

@@ -1,0 +1,364 @@
+"""The relay's own SQLite file: what it has accepted (the ledger) and what it has yet to deliver
+(the outbox), written by one thread in group commits.
+
+- `feedback`: one row per score id the relay ever wrote: its answer, author, name, the first
+  write's timestamp (kept forever, so a changed vote overwrites in Langfuse, which upserts only on
+  the same id and timestamp) and the current body (NULL once retracted).
+- `outbox`: operations (`put` a body, `delete` an id) not yet confirmed by the sink. A newer
+  operation on an id replaces an older one that is not in flight, so a voter who flips ten times
+  costs one delivery. Deterministic ids make a redelivery after a crash harmless.
+
+Every request's work runs as a function on the writer thread inside a savepoint of one shared
+transaction; the transaction commits (fsync, WAL) before any of the batch's requests is answered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from triage.relay.problems import Problem
+
+log = logging.getLogger("triage.relay")
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS feedback (
+    id TEXT PRIMARY KEY, answer TEXT NOT NULL, author TEXT NOT NULL, name TEXT NOT NULL,
+    kind TEXT NOT NULL, trace_id TEXT, session_id TEXT, turn INTEGER, timestamp TEXT NOT NULL,
+    body TEXT, updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_answer ON feedback (answer, author);
+CREATE INDEX IF NOT EXISTS feedback_trace ON feedback (trace_id);
+CREATE INDEX IF NOT EXISTS feedback_session ON feedback (session_id);
+CREATE INDEX IF NOT EXISTS feedback_author ON feedback (author);
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, score_id TEXT NOT NULL, op TEXT NOT NULL, body TEXT,
+    enqueued REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_at REAL NOT NULL DEFAULT 0,
+    claimed INTEGER NOT NULL DEFAULT 0, dead INTEGER NOT NULL DEFAULT 0, error TEXT
+);
+CREATE INDEX IF NOT EXISTS outbox_id ON outbox (score_id);
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (dead, claimed, next_at);
+"""
+
+
+def iso_ms(stamp: datetime) -> str:
+    stamp = stamp.astimezone(UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+@dataclass
+class Row:
+    id: str
+    answer: str
+    author: str
+    name: str
+    kind: str
+    trace_id: str | None
+    session_id: str | None
+    turn: int | None
+    timestamp: str
+    body: dict[str, Any] | None
+    updated_at: str
+
+
+@dataclass
+class Op:
+    """One write for the sink: put a score body, or delete a score id."""
+
+    op: str
+    score_id: str
+    body: dict[str, Any] | None = None
+    seq: int = 0
+    attempts: int = 0
+
+
+def _row(r: sqlite3.Row) -> Row:
+    return Row(
+        id=r["id"],
+        answer=r["answer"],
+        author=r["author"],
+        name=r["name"],
+        kind=r["kind"],
+        trace_id=r["trace_id"],
+        session_id=r["session_id"],
+        turn=r["turn"],
+        timestamp=r["timestamp"],
+        body=json.loads(r["body"]) if r["body"] else None,
+        updated_at=r["updated_at"],
+    )
+
+
+class Tx:
+    """What a request's function sees on the writer thread: the ledger, and the ops it enqueues."""
+
+    def __init__(self, db: sqlite3.Connection | None, now: Callable[[], float], hold: float = 0.0) -> None:
+        self.db = db
+        self.now = now
+        self.hold = hold  # an inline sink delivers at once: the worker waits this long before it may
+        self.ops: list[Op] = []
+
+    def rows(self, answer: str, author: str | None = None) -> list[Row]:
+        if self.db is None:
+            return []
+        if author is None:
+            cur = self.db.execute("SELECT * FROM feedback WHERE answer = ?", (answer,))
+        else:
+            cur = self.db.execute("SELECT * FROM feedback WHERE answer = ? AND author = ?", (answer, author))
+        return [_row(r) for r in cur.fetchall()]
+
+    def get(self, score_id: str) -> Row | None:
+        if self.db is None:
+            return None
+        r = self.db.execute("SELECT * FROM feedback WHERE id = ?", (score_id,)).fetchone()
+        return _row(r) if r else None
+
+    def put(self, row: Row) -> None:
+        """Record the score's current body and enqueue its delivery."""
+        body = row.body or {}
+        self.ops.append(Op("put", row.id, body))
+        if self.db is None:
+            return
+        self.db.execute(
+            "INSERT INTO feedback (id, answer, author, name, kind, trace_id, session_id, turn, timestamp, body, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "body = excluded.body, updated_at = excluded.updated_at",
+            (row.id, row.answer, row.author, row.name, row.kind, row.trace_id, row.session_id, row.turn,
+             row.timestamp, json.dumps(body), row.updated_at),
+        )  # fmt: skip
+        self._enqueue("put", row.id, body)
+
+    def retract(self, row: Row, updated_at: str) -> None:
+        """The score is gone (its body NULL, its first timestamp kept); enqueue the delete."""
+        self.ops.append(Op("delete", row.id))
+        if self.db is None:
+            return
+        self.db.execute("UPDATE feedback SET body = NULL, updated_at = ? WHERE id = ?", (updated_at, row.id))
+        self._enqueue("delete", row.id, None)
+
+    def _enqueue(self, op: str, score_id: str, body: dict[str, Any] | None) -> None:
+        assert self.db is not None
+        # the newest operation on an id is all that needs delivering, unless one is in flight
+        self.db.execute("DELETE FROM outbox WHERE score_id = ? AND claimed = 0 AND dead = 0", (score_id,))
+        cur = self.db.execute(
+            "INSERT INTO outbox (score_id, op, body, enqueued, next_at) VALUES (?, ?, ?, ?, ?)",
+            (score_id, op, json.dumps(body) if body is not None else None, self.now(), self.now() + self.hold),
+        )
+        self.ops[-1].seq = int(cur.lastrowid or 0)
+
+
+@dataclass
+class _Item:
+    fn: Callable[[Tx], Any]
+    future: Future[tuple[Any, list[Op]]] = field(default_factory=Future)
+
+
+class LedgerDown(Exception):
+    """The ledger could not commit (disk full, file gone, locked): nothing of the batch is durable."""
+
+
+class Ledger:
+    """The file, one writer thread (group commits), and a read connection for listings and metrics."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        now: Callable[[], float],
+        after_commit: Callable[[list[Op]], set[int]] | None = None,
+        max_batch: int = 512,
+    ) -> None:
+        self.path = str(path)
+        self.now = now
+        #: called on the writer thread with the batch's ops once committed (the embedded store's
+        #: inline delivery); returns the outbox seqs delivered, removed in the next commit
+        self.after_commit = after_commit
+        self.max_batch = max_batch
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = self._connect()
+        self._db.executescript(SCHEMA)
+        # what a previous process had in flight, or held for an inline delivery it never made
+        self._db.execute("UPDATE outbox SET claimed = 0, next_at = 0")
+        self._db.commit()
+        self._read = self._connect() if self.path != ":memory:" else self._db
+        self._read_lock = threading.Lock()
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._delivered: list[int] = []
+        self._thread = threading.Thread(target=self._run, name="relay-ledger", daemon=True)
+        self._thread.start()
+        self.closed = False
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the client hears of it
+        return db
+
+    # -- the writer ------------------------------------------------------------------------------
+
+    def submit(self, fn: Callable[[Tx], T]) -> Future[tuple[T, list[Op]]]:
+        """Run `fn` on the writer thread in the next group commit; its result and the ops it enqueued."""
+        if self.closed:
+            raise Problem(503, "the relay is shutting down")
+        item = _Item(fn)
+        self._queue.put(item)
+        return item.future
+
+    def call(self, fn: Callable[[Tx], T], timeout: float = 30.0) -> T:
+        """`submit` and wait (for the delivery worker's claims and results)."""
+        result, _ = self.submit(fn).result(timeout)
+        return result
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                batch.append(nxt)
+            self._commit(batch)
+
+    def _commit(self, batch: list[_Item]) -> None:
+        outcomes: list[tuple[_Item, Any, list[Op] | None, BaseException | None]] = []
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            if self._delivered:
+                db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in self._delivered])
+            for number, item in enumerate(batch):
+                tx = Tx(db, self.now, hold=3600.0 if self.after_commit else 0.0)
+                db.execute(f"SAVEPOINT s{number}")
+                try:
+                    result = item.fn(tx)
+                except Exception as ex:  # a refused request (Problem) or a bug: only this item fails
+                    db.execute(f"ROLLBACK TO s{number}")
+                    db.execute(f"RELEASE s{number}")
+                    if isinstance(ex, sqlite3.Error):
+                        raise
+                    outcomes.append((item, None, None, ex))
+                    continue
+                db.execute(f"RELEASE s{number}")
+                outcomes.append((item, result, tx.ops, None))
+            db.execute("COMMIT")
+            self._delivered = []
+        except sqlite3.Error as ex:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            log.error("the ledger could not commit: %s", ex, extra={"event": "ledger_down"})
+            for item in batch:
+                item.future.set_exception(LedgerDown(str(ex)))
+            return
+        committed = [op for _, _, ops, _ in outcomes if ops for op in ops]
+        if self.after_commit and committed:
+            try:
+                self._delivered.extend(self.after_commit(committed))
+            except Exception as ex:  # the outbox keeps them: due now, for the worker
+                log.warning("inline delivery failed: %s", ex, extra={"event": "delivery_failed"})
+                try:
+                    db.executemany("UPDATE outbox SET next_at = 0 WHERE seq = ?", [(op.seq,) for op in committed])
+                except sqlite3.Error:
+                    pass  # a restart makes them due
+        for item, result, ops, error in outcomes:
+            if error is not None:
+                item.future.set_exception(error)
+            else:
+                item.future.set_result((result, ops or []))
+        if self._delivered and self._queue.empty():
+            # idle: clear what was delivered now (under load the next batch's commit does it)
+            try:
+                db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in self._delivered])
+                self._delivered = []
+            except sqlite3.Error:
+                pass
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+        if self._delivered:
+            try:
+                self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in self._delivered])
+            except sqlite3.Error:
+                pass
+        self._db.close()
+        if self._read is not self._db:
+            self._read.close()
+
+    # -- reads (any thread) -------------------------------------------------------------------
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._read_lock:
+            return list(self._read.execute(sql, params).fetchall())
+
+    def rows_where(self, where: str, params: Sequence[Any]) -> list[Row]:
+        return [_row(r) for r in self.select(f"SELECT * FROM feedback WHERE {where} ORDER BY answer, author", params)]
+
+    def depth(self) -> tuple[int, int, float | None]:
+        """Undelivered operations, set-aside ones, and the age of the oldest undelivered (seconds)."""
+        rows = self.select(
+            "SELECT sum(dead = 0) AS pending, sum(dead = 1) AS dead, min(CASE WHEN dead = 0 THEN enqueued END) "
+            "AS oldest FROM outbox"
+        )
+        pending, dead, oldest = rows[0]["pending"] or 0, rows[0]["dead"] or 0, rows[0]["oldest"]
+        lag = max(0.0, self.now() - oldest) if oldest is not None else None
+        return int(pending), int(dead), lag
+
+    # -- the delivery worker's steps (run on the writer thread through `call`) ------------------
+
+    @staticmethod
+    def claim(tx: Tx, limit: int) -> list[Op]:
+        assert tx.db is not None
+        rows = tx.db.execute(
+            "SELECT seq, score_id, op, body, attempts FROM outbox WHERE dead = 0 AND claimed = 0 AND next_at <= ? "
+            "ORDER BY seq LIMIT ?",
+            (tx.now(), limit),
+        ).fetchall()
+        tx.db.executemany("UPDATE outbox SET claimed = 1 WHERE seq = ?", [(r["seq"],) for r in rows])
+        return [
+            Op(r["op"], r["score_id"], json.loads(r["body"]) if r["body"] else None, r["seq"], r["attempts"])
+            for r in rows
+        ]
+
+    @staticmethod
+    def settle(tx: Tx, done: Sequence[int], retry: dict[int, tuple[float, str]], dead: dict[int, str]) -> None:
+        """Delivered ops leave; failed ones wait until their next attempt; refused ones are set aside."""
+        assert tx.db is not None
+        tx.db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in done])
+        tx.db.executemany(
+            "UPDATE outbox SET claimed = 0, attempts = attempts + 1, next_at = ?, error = ? WHERE seq = ?",
+            [(at, error[:300], seq) for seq, (at, error) in retry.items()],
+        )
+        tx.db.executemany(
+            "UPDATE outbox SET claimed = 0, dead = 1, attempts = attempts + 1, error = ? WHERE seq = ?",
+            [(error[:300], seq) for seq, error in dead.items()],
+        )
+
+    @staticmethod
+    def due_in(tx: Tx) -> float | None:
+        """Seconds until the next undelivered op is due (0 when one is); None when none waits."""
+        assert tx.db is not None
+        r = tx.db.execute("SELECT min(next_at) AS at FROM outbox WHERE dead = 0 AND claimed = 0").fetchone()
+        return None if r["at"] is None else max(0.0, float(r["at"]) - tx.now())
