@@ -334,7 +334,7 @@ class Ledger:
         rows = tx.db.execute(
             "SELECT seq, score_id, op, body, attempts FROM outbox WHERE dead = 0 AND claimed = 0 AND next_at <= ? "
             "ORDER BY seq LIMIT ?",
-            (tx.now(), limit),
+            (tx.now() + 0.001, limit),  # a millisecond of slack for float timestamps
         ).fetchall()
         tx.db.executemany("UPDATE outbox SET claimed = 1 WHERE seq = ?", [(r["seq"],) for r in rows])
         return [
@@ -361,4 +361,7 @@ class Ledger:
         """Seconds until the next undelivered op is due (0 when one is); None when none waits."""
         assert tx.db is not None
         r = tx.db.execute("SELECT min(next_at) AS at FROM outbox WHERE dead = 0 AND claimed = 0").fetchone()
-        return None if r["at"] is None else max(0.0, float(r["at"]) - tx.now())
+        if r["at"] is None:
+            return None
+        wait = float(r["at"]) - tx.now()
+        return wait if wait > 0.001 else 0.0

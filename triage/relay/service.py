@@ -105,7 +105,7 @@ class Relay:
     # -- running a request's work -------------------------------------------------------------
 
     async def _run(self, fn: Any) -> tuple[Any, Literal["store", "outbox", "langfuse"]]:
-        pending, _, _ = self.outbox_depth()
+        pending, _, _ = self.outbox_depth(fresh=False)
         if pending >= self.config.outbox_max:
             raise Problem(503, f"the outbox holds {pending} undelivered writes: try later", {"Retry-After": "30"})
         try:
@@ -345,10 +345,10 @@ class Relay:
             item["updatedAt"] = max(item["updatedAt"], row.updated_at)
         return list(groups.values())
 
-    def outbox_depth(self) -> tuple[int, int, float | None]:
-        """(undelivered, set aside, oldest's age); read at most every half second."""
+    def outbox_depth(self, fresh: bool = True) -> tuple[int, int, float | None]:
+        """(undelivered, set aside, oldest's age); for the write path, read at most every half second."""
         now = self.clock.monotonic()
-        if self._depth is None or now - self._depth_at > 0.5:
+        if fresh or self._depth is None or now - self._depth_at > 0.5:
             self._depth, self._depth_at = self.ledger.depth(), now
         return self._depth
 

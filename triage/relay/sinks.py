@@ -93,8 +93,9 @@ class LangfuseSink:
             wait = retry_after(ex.headers) if ex.status == 429 else None
             retryable = ex.status in {408, 409, 429} or ex.status >= 500
             return DeliveryFailed(f"Langfuse answered {ex.detail()}", retryable=retryable, wait=wait)
-        if isinstance(ex, httpx.TransportError):
-            return DeliveryFailed(f"Langfuse unreachable: {type(ex).__name__}")
+        cause = ex if isinstance(ex, httpx.TransportError) else ex.__cause__
+        if isinstance(cause, httpx.TransportError):
+            return DeliveryFailed(f"Langfuse unreachable: {type(cause).__name__}")
         return DeliveryFailed(f"Langfuse failed: {ex}")
 
     def deliver(self, ops: Sequence[Op]) -> dict[int, DeliveryFailed]:
