@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from triage.relay.worker import Worker
 from triage.retry import Clock, current_clock
 
 log = logging.getLogger("triage.relay")
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def check_startup(config: TriageConfig, credentials: Credentials, host: str) -> None:
@@ -94,14 +96,18 @@ def _inline(sink: Sink) -> Callable[[list[Op]], set[int]]:
 
 
 def serve(app: RelayApp, host: str, port: int) -> None:
-    """Serve until SIGINT/SIGTERM (uvicorn's handlers), then return."""
+    """Serve until SIGINT/SIGTERM (uvicorn shuts down gracefully), then return."""
     server = uvicorn.Server(
         uvicorn.Config(app.app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
     )
-    log.info(
-        "relay serving on http://%s:%d",
-        host,
-        port,
-        extra={"event": "relay_start", "host": host, "port": port},
-    )
-    server.run()
+    log.info("relay serving on http://%s:%d", host, port, extra={"event": "relay_start", "host": host, "port": port})
+    stopped: list[int] = []
+    # uvicorn re-raises the signal it handled to the handler it found: make that one note it, so
+    # the caller still drains the outbox and closes the ledger, and the process exits 0
+    previous = {sig: signal.signal(sig, lambda number, frame: stopped.append(number)) for sig in _SIGNALS}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("relay stopped%s", f" (signal {stopped[0]})" if stopped else "", extra={"event": "relay_stop"})
