@@ -84,7 +84,7 @@ def test_relay_then_feedback_sees_the_votes(tmp_path: Path) -> None:
         server.terminate()
         _, stderr = server.communicate(timeout=20)
     assert server.returncode == 0, stderr
-    assert "Bearer" not in stderr and '"event": "request"' in stderr
+    assert "Bearer" not in stderr and '"event": "relay_stop"' in stderr
     config = tmp_path / "lag0.toml"
     config.write_text("[window]\nlag_minutes = 0\n", encoding="utf-8")
     report = subprocess.run(

@@ -127,7 +127,10 @@ class RelayApp:
             self.relay.metrics.inc(
                 "relay_requests_total", route=route, method=request.method, status=str(response.status_code)
             )
-        log.info(
+        # refusals and failures at info; the flow of accepted writes at debug (it is in /metrics):
+        # a JSON line per vote cost a quarter of the relay's throughput
+        log.log(
+            logging.INFO if response.status_code >= 400 else logging.DEBUG,
             "%s %s %d",
             request.method,
             route,

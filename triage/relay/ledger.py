@@ -21,10 +21,10 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from triage.relay.problems import Problem
 
@@ -99,67 +99,99 @@ def _row(r: sqlite3.Row) -> Row:
 
 
 class Tx:
-    """What a request's function sees on the writer thread: the ledger, and the ops it enqueues."""
+    """What a request's function sees on the writer thread: the rows of the (answer, author) pairs
+    it declared, and the writes it makes, applied only once it has returned (a refused request
+    leaves nothing). Rows are read for the whole batch at once and written with one statement, so a
+    batch costs a handful of SQLite calls whatever its size (each call lets the GIL go, and taking
+    it back waits behind the HTTP thread)."""
 
-    def __init__(self, db: sqlite3.Connection | None, now: Callable[[], float], hold: float = 0.0) -> None:
-        self.db = db
+    def __init__(
+        self,
+        cache: dict[tuple[str, str], dict[str, Row]] | None,
+        now: Callable[[], float],
+        db: sqlite3.Connection | None = None,
+    ) -> None:
+        self.cache = cache  # None: no ledger (it failed), every answer is new
+        self.db = db  # the delivery worker's steps use the connection itself
         self.now = now
-        self.hold = hold  # an inline sink delivers at once: the worker waits this long before it may
         self.ops: list[Op] = []
+        self.rows_written: list[Row] = []
 
-    def rows(self, answer: str, author: str | None = None) -> list[Row]:
-        if self.db is None:
+    def rows(self, answer: str, author: str) -> list[Row]:
+        if self.cache is None:
             return []
-        if author is None:
-            cur = self.db.execute("SELECT * FROM feedback WHERE answer = ?", (answer,))
-        else:
-            cur = self.db.execute("SELECT * FROM feedback WHERE answer = ? AND author = ?", (answer, author))
-        return [_row(r) for r in cur.fetchall()]
-
-    def get(self, score_id: str) -> Row | None:
-        if self.db is None:
-            return None
-        r = self.db.execute("SELECT * FROM feedback WHERE id = ?", (score_id,)).fetchone()
-        return _row(r) if r else None
+        return list(self.cache.get((answer, author), {}).values())
 
     def put(self, row: Row) -> None:
-        """Record the score's current body and enqueue its delivery."""
-        body = row.body or {}
-        self.ops.append(Op("put", row.id, body))
-        if self.db is None:
-            return
-        self.db.execute(
-            "INSERT INTO feedback (id, answer, author, name, kind, trace_id, session_id, turn, timestamp, body, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-            "body = excluded.body, updated_at = excluded.updated_at",
-            (row.id, row.answer, row.author, row.name, row.kind, row.trace_id, row.session_id, row.turn,
-             row.timestamp, json.dumps(body), row.updated_at),
-        )  # fmt: skip
-        self._enqueue("put", row.id, body)
+        """Record the score's current body and its delivery."""
+        self.ops.append(Op("put", row.id, row.body or {}))
+        self.rows_written.append(row)
 
     def retract(self, row: Row, updated_at: str) -> None:
-        """The score is gone (its body NULL, its first timestamp kept); enqueue the delete."""
+        """The score is gone (its body NULL, its first timestamp kept); deliver the delete."""
         self.ops.append(Op("delete", row.id))
-        if self.db is None:
-            return
-        self.db.execute("UPDATE feedback SET body = NULL, updated_at = ? WHERE id = ?", (updated_at, row.id))
-        self._enqueue("delete", row.id, None)
+        self.rows_written.append(replace(row, body=None, updated_at=updated_at))
 
-    def _enqueue(self, op: str, score_id: str, body: dict[str, Any] | None) -> None:
-        assert self.db is not None
-        # the newest operation on an id is all that needs delivering, unless one is in flight
-        self.db.execute("DELETE FROM outbox WHERE score_id = ? AND claimed = 0 AND dead = 0", (score_id,))
-        cur = self.db.execute(
-            "INSERT INTO outbox (score_id, op, body, enqueued, next_at) VALUES (?, ?, ?, ?, ?)",
-            (score_id, op, json.dumps(body) if body is not None else None, self.now(), self.now() + self.hold),
-        )
-        self.ops[-1].seq = int(cur.lastrowid or 0)
+    def apply(self) -> None:
+        """Let the batch's later requests see this one's writes."""
+        if self.cache is None:
+            return
+        for row in self.rows_written:
+            self.cache.setdefault((row.answer, row.author), {})[row.name] = row
+
+
+def enqueue(db: sqlite3.Connection, ops: Sequence[Op], now: float) -> None:
+    """Put ops in the outbox; the newest op on an id replaces an older one that is not in flight."""
+    if not ops:
+        return
+    newest = {op.score_id: op for op in ops}
+    db.executemany(
+        "DELETE FROM outbox WHERE score_id = ? AND claimed = 0 AND dead = 0", [(i,) for i in newest]
+    )
+    top = db.execute("SELECT coalesce(max(seq), 0) FROM outbox").fetchone()[0]
+    top = max(int(top), int(db.execute("SELECT coalesce(max(seq), 0) FROM sqlite_sequence").fetchone()[0]))
+    for number, op in enumerate(newest.values(), start=top + 1):
+        op.seq = number
+    for op in ops:  # a superseded op shares its successor's seq: delivering that one covers both
+        op.seq = newest[op.score_id].seq
+    db.executemany(
+        "INSERT INTO outbox (seq, score_id, op, body, enqueued, next_at) VALUES (?, ?, ?, ?, ?, ?)",
+        [(op.seq, op.score_id, op.op, json.dumps(op.body) if op.body is not None else None, now, now)
+         for op in newest.values()],
+    )  # fmt: skip
+
+
+def _store_rows(db: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    db.executemany(
+        "INSERT INTO feedback (id, answer, author, name, kind, trace_id, session_id, turn, timestamp, body, "
+        "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+        "body = excluded.body, updated_at = excluded.updated_at",
+        [(r.id, r.answer, r.author, r.name, r.kind, r.trace_id, r.session_id, r.turn, r.timestamp,
+          json.dumps(r.body) if r.body is not None else None, r.updated_at) for r in rows],
+    )  # fmt: skip
+
+
+def _prefetch(db: sqlite3.Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Row]]:
+    cache: dict[tuple[str, str], dict[str, Row]] = {k: {} for k in keys}
+    pairs = sorted(keys)
+    for start in range(0, len(pairs), 400):
+        chunk = pairs[start : start + 400]
+        values = ",".join("(?, ?)" for _ in chunk)
+        params = [v for pair in chunk for v in pair]
+        for r in db.execute(f"SELECT * FROM feedback WHERE (answer, author) IN (VALUES {values})", params):
+            row = _row(r)
+            cache[(row.answer, row.author)][row.name] = row
+    return cache
+
+
+Where = Literal["store", "outbox"]
 
 
 @dataclass
 class _Item:
     fn: Callable[[Tx], Any]
-    future: Future[tuple[Any, list[Op]]] = field(default_factory=Future)
+    keys: list[tuple[str, str]]
+    future: Future[tuple[Any, list[Op], Where]] = field(default_factory=Future)
 
 
 class LedgerDown(Exception):
@@ -174,20 +206,23 @@ class Ledger:
         path: Path | str,
         *,
         now: Callable[[], float],
-        after_commit: Callable[[list[Op]], set[int]] | None = None,
+        after_commit: Callable[[list[Op]], object] | None = None,
         max_batch: int = 512,
     ) -> None:
         self.path = str(path)
         self.now = now
         #: called on the writer thread with the batch's ops once committed (the embedded store's
-        #: inline delivery); returns the outbox seqs delivered, removed in the next commit
+        #: inline delivery); raising puts the ops in the outbox instead
         self.after_commit = after_commit
         self.max_batch = max_batch
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        #: with an inline sink (the embedded store) the store's own commit makes a write durable and
+        #: the outbox is used only when it fails; else the outbox commit must reach the disk first
+        self.inline = after_commit is not None
         self._db = self._connect()
         self._db.executescript(SCHEMA)
-        # what a previous process had in flight, or held for an inline delivery it never made
+        # what a previous process had in flight
         self._db.execute("UPDATE outbox SET claimed = 0, next_at = 0")
         self._db.commit()
         self._read = self._connect() if self.path != ":memory:" else self._db
@@ -202,22 +237,27 @@ class Ledger:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
         db.row_factory = sqlite3.Row
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the client hears of it
+        # outbox mode: a commit is on disk before the client hears of it (inline mode: the store's is)
+        db.execute("PRAGMA synchronous=NORMAL" if self.inline else "PRAGMA synchronous=FULL")
         return db
 
     # -- the writer ------------------------------------------------------------------------------
 
-    def submit(self, fn: Callable[[Tx], T]) -> Future[tuple[T, list[Op]]]:
-        """Run `fn` on the writer thread in the next group commit; its result and the ops it enqueued."""
+    def submit(
+        self, fn: Callable[[Tx], T], keys: Sequence[tuple[str, str]] = ()
+    ) -> Future[tuple[T, list[Op], Where]]:
+        """Run `fn` on the writer thread in the next group commit, with the ledger rows of `keys`
+        ((answer, author) pairs); its result, its ops, and where they are durable once the future
+        is done (the store, or the outbox)."""
         if self.closed:
             raise Problem(503, "the relay is shutting down")
-        item = _Item(fn)
+        item = _Item(fn, list(keys))
         self._queue.put(item)
         return item.future
 
     def call(self, fn: Callable[[Tx], T], timeout: float = 30.0) -> T:
         """`submit` and wait (for the delivery worker's claims and results)."""
-        result, _ = self.submit(fn).result(timeout)
+        result, _, _ = self.submit(fn).result(timeout)
         return result
 
     def _run(self) -> None:
@@ -244,20 +284,27 @@ class Ledger:
             db.execute("BEGIN IMMEDIATE")
             if self._delivered:
                 db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in self._delivered])
-            for number, item in enumerate(batch):
-                tx = Tx(db, self.now, hold=3600.0 if self.after_commit else 0.0)
-                db.execute(f"SAVEPOINT s{number}")
+            keys = {k for item in batch for k in item.keys}
+            cache = _prefetch(db, keys) if keys else {}
+            written: list[Row] = []
+            queued: list[Op] = []
+            for item in batch:
+                tx = Tx(cache, self.now, db)
                 try:
                     result = item.fn(tx)
-                except Exception as ex:  # a refused request (Problem) or a bug: only this item fails
-                    db.execute(f"ROLLBACK TO s{number}")
-                    db.execute(f"RELEASE s{number}")
-                    if isinstance(ex, sqlite3.Error):
-                        raise
+                except sqlite3.Error:
+                    raise  # the ledger itself failed: the whole batch
+                except Exception as ex:  # a refused request (Problem): only this item fails
                     outcomes.append((item, None, None, ex))
                     continue
-                db.execute(f"RELEASE s{number}")
+                tx.apply()
+                written += tx.rows_written
+                queued += tx.ops
                 outcomes.append((item, result, tx.ops, None))
+            if written:
+                _store_rows(db, written)
+            if not self.inline:
+                enqueue(db, queued, self.now())
             db.execute("COMMIT")
             self._delivered = []
         except sqlite3.Error as ex:
@@ -269,26 +316,57 @@ class Ledger:
             for item in batch:
                 item.future.set_exception(LedgerDown(str(ex)))
             return
+        where: Where = "outbox"
         committed = [op for _, _, ops, _ in outcomes if ops for op in ops]
-        if self.after_commit and committed:
-            try:
-                self._delivered.extend(self.after_commit(committed))
-            except Exception as ex:  # the outbox keeps them: due now, for the worker
-                log.warning("inline delivery failed: %s", ex, extra={"event": "delivery_failed"})
+        if self.after_commit is not None:
+            where = "store"
+            if committed:
                 try:
-                    db.executemany("UPDATE outbox SET next_at = 0 WHERE seq = ?", [(op.seq,) for op in committed])
-                except sqlite3.Error:
-                    pass  # a restart makes them due
+                    self.after_commit(committed)
+                except Exception as ex:  # the store failed: the outbox keeps the ops for the worker
+                    log.warning(
+                        "the store failed, writes kept in the outbox: %s", ex, extra={"event": "store_down"}
+                    )
+                    kept = self._to_outbox(committed)
+                    if kept is None:
+                        for item, _, _ops, error in outcomes:
+                            if error is None:
+                                item.future.set_exception(
+                                    LedgerDown(f"the store failed ({ex}), so did the outbox")
+                                )
+                        return
+                    where = kept
         for item, result, ops, error in outcomes:
             if error is not None:
                 item.future.set_exception(error)
             else:
-                item.future.set_result((result, ops or []))
+                item.future.set_result((result, ops or [], where))
         if self._delivered and self._queue.empty():
             # idle: clear what was delivered now (under load the next batch's commit does it)
             try:
                 db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in self._delivered])
                 self._delivered = []
+            except sqlite3.Error:
+                pass
+
+    def _to_outbox(self, ops: list[Op]) -> Where | None:
+        """Inline delivery failed: make the ops durable in the outbox (fsynced); None if that fails."""
+        db = self._db
+        try:
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
+            enqueue(db, ops, self.now())
+            db.execute("COMMIT")
+            return "outbox"
+        except sqlite3.Error:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            return None
+        finally:
+            try:
+                db.execute("PRAGMA synchronous=NORMAL")
             except sqlite3.Error:
                 pass
 
@@ -314,7 +392,10 @@ class Ledger:
             return list(self._read.execute(sql, params).fetchall())
 
     def rows_where(self, where: str, params: Sequence[Any]) -> list[Row]:
-        return [_row(r) for r in self.select(f"SELECT * FROM feedback WHERE {where} ORDER BY answer, author", params)]
+        return [
+            _row(r)
+            for r in self.select(f"SELECT * FROM feedback WHERE {where} ORDER BY answer, author", params)
+        ]
 
     def depth(self) -> tuple[int, int, float | None]:
         """Undelivered operations, set-aside ones, and the age of the oldest undelivered (seconds)."""
@@ -343,7 +424,9 @@ class Ledger:
         ]
 
     @staticmethod
-    def settle(tx: Tx, done: Sequence[int], retry: dict[int, tuple[float, str]], dead: dict[int, str]) -> None:
+    def settle(
+        tx: Tx, done: Sequence[int], retry: dict[int, tuple[float, str]], dead: dict[int, str]
+    ) -> None:
         """Delivered ops leave; failed ones wait until their next attempt; refused ones are set aside."""
         assert tx.db is not None
         tx.db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in done])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,10 +88,11 @@ def relay_running(
         ledger.close()
 
 
-def _inline(sink: Sink) -> Callable[[list[Op]], set[int]]:
-    def deliver(ops: list[Op]) -> set[int]:
+def _inline(sink: Sink) -> Callable[[list[Op]], None]:
+    def deliver(ops: list[Op]) -> None:
         failed = sink.deliver(ops)
-        return {op.seq for op in ops if op.seq not in failed}
+        if failed:
+            raise next(iter(failed.values()))
 
     return deliver
 
@@ -105,9 +107,14 @@ def serve(app: RelayApp, host: str, port: int) -> None:
     # uvicorn re-raises the signal it handled to the handler it found: make that one note it, so
     # the caller still drains the outbox and closes the ledger, and the process exits 0
     previous = {sig: signal.signal(sig, lambda number, frame: stopped.append(number)) for sig in _SIGNALS}
+    # the ledger's writer thread gives up the GIL on every SQLite call and waits for it behind the
+    # HTTP thread for up to the switch interval (5 ms by default): a shorter one keeps batches short
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
     try:
         server.run()
     finally:
+        sys.setswitchinterval(switch)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     log.info("relay stopped%s", f" (signal {stopped[0]})" if stopped else "", extra={"event": "relay_stop"})

@@ -104,15 +104,19 @@ class Relay:
 
     # -- running a request's work -------------------------------------------------------------
 
-    async def _run(self, fn: Any) -> tuple[Any, Literal["store", "outbox", "langfuse"]]:
+    async def _run(
+        self, fn: Any, keys: list[tuple[str, str]]
+    ) -> tuple[Any, Literal["store", "outbox", "langfuse"]]:
         pending, _, _ = self.outbox_depth(fresh=False)
         if pending >= self.config.outbox_max:
-            raise Problem(503, f"the outbox holds {pending} undelivered writes: try later", {"Retry-After": "30"})
+            raise Problem(
+                503, f"the outbox holds {pending} undelivered writes: try later", {"Retry-After": "30"}
+            )
         try:
-            result, ops = await asyncio.wrap_future(self.ledger.submit(fn))
+            result, ops, durable = await asyncio.wrap_future(self.ledger.submit(fn, keys))
         except LedgerDown as ex:
             # the outbox is down: write straight through, or fail (502) when that fails too
-            tx = Tx(None, self._now)
+            tx = Tx(None, self._now)  # no ledger: every answer is new
             result = fn(tx)
             try:
                 failed = await asyncio.to_thread(self.sink.deliver, tx.ops)
@@ -125,7 +129,7 @@ class Relay:
                 ) from None
             self.metrics.inc("relay_outcomes_total", outcome="direct")
             return result, "store" if self.sink.inline else "langfuse"
-        if self.sink.inline:
+        if durable == "store":
             self.metrics.inc("relay_outcomes_total", outcome="stored")
             return result, "store"
         if self.worker is not None and ops:
@@ -207,7 +211,9 @@ class Relay:
             existing = {r.name: r for r in tx.rows(req.answer.key, author)}
             live = {n: r for n, r in existing.items() if r.body is not None}
             if mode == "create" and live:
-                raise Problem(409, "this voter already has feedback on this answer (POST upserts; PUT replaces)")
+                raise Problem(
+                    409, "this voter already has feedback on this answer (POST upserts; PUT replaces)"
+                )
             if mode == "replace" and not live:
                 raise Problem(404, "this voter has no feedback on this answer to replace")
             ids = []
@@ -237,7 +243,7 @@ class Relay:
                 tx.retract(row, now)
             return ids, [r.id for r in clear]
 
-        (ids, cleared), where = await self._run(work)
+        (ids, cleared), where = await self._run(work, [(req.answer.key, author)])
         return Written(ids, cleared, where)
 
     async def delete(self, answer: Answer, target: str) -> Written:
@@ -250,7 +256,7 @@ class Relay:
                 tx.retract(row, now)
             return [r.id for r in live]
 
-        ids, where = await self._run(work)
+        ids, where = await self._run(work, [(answer.key, target)])
         return Written([], ids, where)
 
     async def score(self, req: ScoreIn) -> Written:
@@ -272,11 +278,11 @@ class Relay:
                 decl = DeclaredScore(name=req.name, data_type=inferred)  # type: ignore[arg-type]
         value = check_value(decl, req.value)
         data_type = decl.data_type
+        author = f"source:{req.source}"
 
         def work(tx: Tx) -> list[str]:
             now = iso_ms(self.clock.now())
-            author = f"source:{req.source}"
-            existing = tx.get(relay_id(req.name, req.answer.key, author))
+            existing = next((r for r in tx.rows(req.answer.key, author) if r.name == req.name), None)
             row = self._row(
                 tx,
                 name=req.name,
@@ -293,7 +299,7 @@ class Relay:
             tx.put(row)
             return [row.id]
 
-        ids, where = await self._run(work)
+        ids, where = await self._run(work, [(req.answer.key, author)])
         return Written(ids, [], where)
 
     def listing(

@@ -53,6 +53,7 @@ class StoreSink:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        store.use_wal()  # one fsync per batch: the relay's latency is mostly this commit
 
     def deliver(self, ops: Sequence[Op]) -> dict[int, DeliveryFailed]:
         puts: list[dict[str, object]] = []
