@@ -322,23 +322,16 @@ class FailingSink:
 
 
 def _break_ledger(app: RelayApp) -> None:
+    """Every group commit fails as on a full disk."""
     assert app.relay is not None
     ledger = app.relay.ledger
 
-    def broken(tx: Any) -> None:
+    def prepare(batch: Any) -> Any:
         import sqlite3
 
         raise sqlite3.OperationalError("database or disk is full")
 
-    original = ledger._commit
-
-    def commit(batch: Any) -> None:
-        for item in batch:
-            fn = item.fn
-            item.fn = lambda tx, fn=fn: (broken(tx), fn(tx))[1]
-        original(batch)
-
-    ledger._commit = commit  # type: ignore[method-assign]
+    ledger._prepare = prepare  # type: ignore[method-assign]
 
 
 def test_502_only_when_both_the_outbox_and_the_store_fail(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ transaction; the transaction commits (fsync, WAL) before any of the batch's requ
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import queue
@@ -172,15 +173,16 @@ def _store_rows(db: sqlite3.Connection, rows: Sequence[Row]) -> None:
 
 
 def _prefetch(db: sqlite3.Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Row]]:
+    """The rows of every (answer, author) pair, in one indexed query (a row-value `IN (VALUES ...)`
+    scans the table)."""
     cache: dict[tuple[str, str], dict[str, Row]] = {k: {} for k in keys}
-    pairs = sorted(keys)
-    for start in range(0, len(pairs), 400):
-        chunk = pairs[start : start + 400]
-        values = ",".join("(?, ?)" for _ in chunk)
-        params = [v for pair in chunk for v in pair]
-        for r in db.execute(f"SELECT * FROM feedback WHERE (answer, author) IN (VALUES {values})", params):
-            row = _row(r)
-            cache[(row.answer, row.author)][row.name] = row
+    query = (
+        "SELECT f.* FROM json_each(?) AS j JOIN feedback AS f "
+        "ON f.answer = json_extract(j.value, '$[0]') AND f.author = json_extract(j.value, '$[1]')"
+    )
+    for r in db.execute(query, (json.dumps(sorted(keys)),)):
+        row = _row(r)
+        cache[(row.answer, row.author)][row.name] = row
     return cache
 
 
@@ -192,6 +194,9 @@ class _Item:
     fn: Callable[[Tx], Any]
     keys: list[tuple[str, str]]
     future: Future[tuple[Any, list[Op], Where]] = field(default_factory=Future)
+
+
+_Outcome = tuple[Any, list[Op] | None, BaseException | None]
 
 
 class LedgerDown(Exception):
@@ -228,7 +233,9 @@ class Ledger:
         self._read = self._connect() if self.path != ":memory:" else self._db
         self._read_lock = threading.Lock()
         self._queue: queue.Queue[_Item | None] = queue.Queue()
-        self._delivered: list[int] = []
+        self._conn_lock = threading.Lock()
+        self._apending: list[tuple[Callable[[Tx], Any], list[tuple[str, str]], asyncio.Future[Any]]] = []
+        self._acommitting = False
         self._thread = threading.Thread(target=self._run, name="relay-ledger", daemon=True)
         self._thread.start()
         self.closed = False
@@ -277,77 +284,129 @@ class Ledger:
                 batch.append(nxt)
             self._commit(batch)
 
-    def _commit(self, batch: list[_Item]) -> None:
-        outcomes: list[tuple[_Item, Any, list[Op] | None, BaseException | None]] = []
+    def _prepare(self, batch: Sequence[tuple[Callable[[Tx], Any], list[tuple[str, str]]]]) -> list[_Outcome]:
+        """Everything of a group commit but the COMMIT: read the batch's rows, run each request's
+        function, write the rows (and the outbox). Raises sqlite3.Error after rolling back."""
+        outcomes: list[_Outcome] = []
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
-            if self._delivered:
-                db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in self._delivered])
-            keys = {k for item in batch for k in item.keys}
+            keys = {k for _, item_keys in batch for k in item_keys}
             cache = _prefetch(db, keys) if keys else {}
             written: list[Row] = []
             queued: list[Op] = []
-            for item in batch:
+            for fn, _ in batch:
                 tx = Tx(cache, self.now, db)
                 try:
-                    result = item.fn(tx)
+                    result = fn(tx)
                 except sqlite3.Error:
                     raise  # the ledger itself failed: the whole batch
                 except Exception as ex:  # a refused request (Problem): only this item fails
-                    outcomes.append((item, None, None, ex))
+                    outcomes.append((None, None, ex))
                     continue
                 tx.apply()
                 written += tx.rows_written
                 queued += tx.ops
-                outcomes.append((item, result, tx.ops, None))
+                outcomes.append((result, tx.ops, None))
             if written:
                 _store_rows(db, written)
             if not self.inline:
                 enqueue(db, queued, self.now())
-            db.execute("COMMIT")
-            self._delivered = []
         except sqlite3.Error as ex:
+            self._rollback(ex)
+            raise
+        return outcomes
+
+    def _rollback(self, ex: BaseException) -> None:
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        log.error("the ledger could not commit: %s", ex, extra={"event": "ledger_down"})
+
+    def _finish(self, outcomes: list[_Outcome]) -> Where | LedgerDown:
+        """COMMIT, then (inline sink) deliver; where the batch's writes are durable."""
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as ex:
+            self._rollback(ex)
+            return LedgerDown(str(ex))
+        committed = [op for _, ops, _ in outcomes if ops for op in ops]
+        if self.after_commit is None:
+            return "outbox"
+        if committed:
             try:
-                db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            log.error("the ledger could not commit: %s", ex, extra={"event": "ledger_down"})
-            for item in batch:
-                item.future.set_exception(LedgerDown(str(ex)))
+                self.after_commit(committed)
+            except Exception as ex:  # the store failed: the outbox keeps the ops for the worker
+                log.warning(
+                    "the store failed, writes kept in the outbox: %s", ex, extra={"event": "store_down"}
+                )
+                kept = self._to_outbox(committed)
+                return kept if kept is not None else LedgerDown(f"the store failed ({ex}), so did the outbox")
+        return "store"
+
+    @staticmethod
+    def _settle_future(future: Any, outcome: _Outcome, where: Where | LedgerDown) -> None:
+        if future.done():  # the client went away
             return
-        where: Where = "outbox"
-        committed = [op for _, _, ops, _ in outcomes if ops for op in ops]
-        if self.after_commit is not None:
-            where = "store"
-            if committed:
-                try:
-                    self.after_commit(committed)
-                except Exception as ex:  # the store failed: the outbox keeps the ops for the worker
-                    log.warning(
-                        "the store failed, writes kept in the outbox: %s", ex, extra={"event": "store_down"}
-                    )
-                    kept = self._to_outbox(committed)
-                    if kept is None:
-                        for item, _, _ops, error in outcomes:
-                            if error is None:
-                                item.future.set_exception(
-                                    LedgerDown(f"the store failed ({ex}), so did the outbox")
-                                )
-                        return
-                    where = kept
-        for item, result, ops, error in outcomes:
-            if error is not None:
-                item.future.set_exception(error)
-            else:
-                item.future.set_result((result, ops or [], where))
-        if self._delivered and self._queue.empty():
-            # idle: clear what was delivered now (under load the next batch's commit does it)
+        result, ops, error = outcome
+        if error is not None:
+            future.set_exception(error)
+        elif isinstance(where, LedgerDown):
+            future.set_exception(where)
+        else:
+            future.set_result((result, ops or [], where))
+
+    def _commit(self, batch: list[_Item]) -> None:
+        """A group commit on the writer thread (the delivery worker's steps, `call`, `submit`)."""
+        with self._conn_lock:
             try:
-                db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in self._delivered])
-                self._delivered = []
-            except sqlite3.Error:
-                pass
+                outcomes = self._prepare([(item.fn, item.keys) for item in batch])
+            except sqlite3.Error as ex:
+                for item in batch:
+                    item.future.set_exception(LedgerDown(str(ex)))
+                return
+            where = self._finish(outcomes)
+        for item, outcome in zip(batch, outcomes, strict=True):
+            self._settle_future(item.future, outcome, where)
+
+    async def run(
+        self, fn: Callable[[Tx], T], keys: Sequence[tuple[str, str]] = ()
+    ) -> tuple[T, list[Op], Where]:
+        """`submit` for the event loop's requests: the batch is prepared on the loop's own thread and
+        only the COMMIT (the fsync) and the store's write go to a thread, so the Python work never
+        waits for the GIL behind the HTTP side (a writer thread did, at every SQLite call)."""
+        if self.closed:
+            raise Problem(503, "the relay is shutting down")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[T, list[Op], Where]] = loop.create_future()
+        self._apending.append((fn, list(keys), future))
+        if not self._acommitting:
+            self._acommitting = True
+            loop.create_task(self._acommit())
+        return await future
+
+    async def _acommit(self) -> None:
+        try:
+            while self._apending:
+                await asyncio.sleep(0)  # requests already read join this batch
+                batch, self._apending = self._apending[: self.max_batch], self._apending[self.max_batch :]
+                self._conn_lock.acquire()
+                try:
+                    try:
+                        outcomes = self._prepare([(fn, keys) for fn, keys, _ in batch])
+                    except sqlite3.Error as ex:
+                        for _, _, future in batch:
+                            if not future.done():
+                                future.set_exception(LedgerDown(str(ex)))
+                        continue
+                    where = await asyncio.to_thread(self._finish, outcomes)
+                finally:
+                    self._conn_lock.release()
+                for (_, _, future), outcome in zip(batch, outcomes, strict=True):
+                    self._settle_future(future, outcome, where)
+        finally:
+            self._acommitting = False
 
     def _to_outbox(self, ops: list[Op]) -> Where | None:
         """Inline delivery failed: make the ops durable in the outbox (fsynced); None if that fails."""
@@ -376,11 +435,6 @@ class Ledger:
         self.closed = True
         self._queue.put(None)
         self._thread.join(timeout=30)
-        if self._delivered:
-            try:
-                self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in self._delivered])
-            except sqlite3.Error:
-                pass
         self._db.close()
         if self._read is not self._db:
             self._read.close()

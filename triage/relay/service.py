@@ -113,7 +113,7 @@ class Relay:
                 503, f"the outbox holds {pending} undelivered writes: try later", {"Retry-After": "30"}
             )
         try:
-            result, ops, durable = await asyncio.wrap_future(self.ledger.submit(fn, keys))
+            result, ops, durable = await self.ledger.run(fn, keys)
         except LedgerDown as ex:
             # the outbox is down: write straight through, or fail (502) when that fails too
             tx = Tx(None, self._now)  # no ledger: every answer is new

@@ -69,6 +69,9 @@ class StoreSink:
             self.store.put_scores(puts)
         return {}
 
+    def housekeeping(self) -> None:
+        self.store.checkpoint()
+
     def reachable(self) -> bool:
         try:
             self.store.scores_named("__relay_ready__")

@@ -111,13 +111,22 @@ class Worker:
         self._thread.start()
 
     def _loop(self) -> None:
+        checkpointed = self.clock.monotonic()
         while not self._stop.is_set():
+            if self.clock.monotonic() - checkpointed >= 1.0:
+                checkpointed = self.clock.monotonic()
+                housekeeping = getattr(self.sink, "housekeeping", None)
+                try:
+                    if housekeeping is not None:
+                        housekeeping()  # the store's WAL checkpoint, off the request path
+                except Exception as ex:
+                    log.warning("store checkpoint failed: %s", ex, extra={"event": "checkpoint_failed"})
             try:
                 wait = self.ledger.call(Ledger.due_in)
             except Exception:  # the ledger is closing or failing: try again shortly
                 wait = 1.0
             if wait is None or wait > 0:
-                self._wake.wait(timeout=min(wait if wait is not None else 5.0, 5.0))
+                self._wake.wait(timeout=min(wait if wait is not None else 1.0, 1.0))
                 self._wake.clear()
                 continue
             if self.batch_wait:
