@@ -209,3 +209,32 @@ def test_the_cli_refuses_half_a_langfuse_configuration(monkeypatch: pytest.Monke
     assert result.exit_code == 3 and "LANGFUSE_SECRET_KEY" in result.output
 
 
+
+
+def test_a_failed_delivery_never_brings_back_an_older_vote(tmp_path: Path, standin: LangfuseStandIn) -> None:
+    """A vote in flight fails while the voter flips it: the retry of the old one is dropped, not
+    delivered after the new one (found by bench/relay.py during an outage)."""
+    import asyncio
+
+    from triage.relay.requests import parse_feedback
+
+    clock = VirtualClock()
+    sink = sink_for(standin)
+    ledger = Ledger(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())
+    relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
+    worker = Worker(ledger, sink, clock, batch_wait=0)
+    down = parse_feedback({"traceId": "t", "value": "down"}, max_text={})
+    asyncio.run(relay.feedback(down, "user:anonymous"))
+    in_flight = ledger.call(lambda tx: Ledger.claim(tx, 10))
+    up = parse_feedback({"traceId": "t", "value": "up"}, max_text={})
+    asyncio.run(relay.feedback(up, "user:anonymous"))
+    retry = {in_flight[0].seq: (clock.now().timestamp() + 5, "Langfuse unreachable")}
+    ledger.call(lambda tx: Ledger.settle(tx, [], retry, {}))
+    worker.drain()
+    clock.sleep(60)
+    worker.drain()
+    assert ledger.depth()[0] == 0
+    ledger.close()
+    [row] = standin.score_rows()
+    assert row["value"] == 1.0
+    assert len(posts(standin)) == 1

@@ -481,9 +481,16 @@ class Ledger:
     def settle(
         tx: Tx, done: Sequence[int], retry: dict[int, tuple[float, str]], dead: dict[int, str]
     ) -> None:
-        """Delivered ops leave; failed ones wait until their next attempt; refused ones are set aside."""
+        """Delivered ops leave; failed ones wait for their next attempt unless a newer op on their id
+        replaced them (retrying one after the newer went through would bring back the old value);
+        refused ones are set aside."""
         assert tx.db is not None
         tx.db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in done])
+        tx.db.executemany(
+            "DELETE FROM outbox WHERE seq = ? AND EXISTS "
+            "(SELECT 1 FROM outbox AS newer WHERE newer.score_id = outbox.score_id AND newer.seq > outbox.seq)",
+            [(seq,) for seq in [*retry, *dead]],
+        )
         tx.db.executemany(
             "UPDATE outbox SET claimed = 0, attempts = attempts + 1, next_at = ?, error = ? WHERE seq = ?",
             [(at, error[:300], seq) for seq, (at, error) in retry.items()],
