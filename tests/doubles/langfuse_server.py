@@ -20,6 +20,7 @@ behaviour that makes Langfuse tricky (see ../shared/notes/langfuse.md):
 - `POST /api/public/scores` in both contracts: one object -> 200 {id} (the spec file's contract) and
   a JSON list -> 202 {"message": "Accepted"} or 207 (SDK 5.x). `score_contract="single"` is an older
   server: lists are a 400 and the timestamp is ignored (the receive time is stamped);
+- `DELETE /api/public/scores/{id}`: 204, every physical row of the id; 404 when there is none;
 - 429 with Retry-After (every k-th request, or a requests-per-minute limit), scripted faults
   (status codes, slow responses, dropped connections), a restart (state kept, listener and open
   connections closed, then reopened on the same port), per-request latency, and a legacy mode where

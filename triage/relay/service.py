@@ -92,6 +92,8 @@ class Relay:
         #: field name -> score name (the verdict's name is the calibration config's)
         self.names = {"verdict": verdict_score, **{f: f for f in VERDICT_FIELDS}}
         self._depth: tuple[int, int, float | None] | None = None
+        self._undeclared: set[str] = set()
+        self._undeclared_sources: set[str] = set()
         self._depth_at = 0.0
 
     @staticmethod
@@ -267,7 +269,14 @@ class Relay:
             what = "not declared" if decl is None else f"not declared for source {req.source!r}"
             if self.config.mode == "enforce":
                 raise Problem(422, f"score {req.name!r} is {what} in the score model (enforce)")
-            self.metrics.inc("relay_undeclared_scores_total", name=req.name[:64], source=req.source[:64])
+            # names come from clients: at most 100 distinct ones get a series of their own
+            seen = self._undeclared
+            name = req.name[:64] if req.name[:64] in seen or len(seen) < 100 else "(other)"
+            seen.add(name)
+            sources = self._undeclared_sources
+            source = req.source[:64] if req.source[:64] in sources or len(sources) < 20 else "(other)"
+            sources.add(source)
+            self.metrics.inc("relay_undeclared_scores_total", name=name, source=source)
             log.info("undeclared score %r from %r accepted (monitor)", req.name, req.source,
                      extra={"event": "undeclared_score"})  # fmt: skip
             if decl is None:
