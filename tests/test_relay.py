@@ -397,3 +397,37 @@ def test_health_readiness_metrics_and_the_openapi_document(relay: Any) -> None:
     assert set(document["paths"]["/api/feedback"]) == {"get", "post", "put", "delete"}
     statuses = set(document["paths"]["/api/feedback"]["post"]["responses"])
     assert {"200", "201", "202", "400", "401", "403", "409", "413", "422", "429", "502", "503"} <= statuses
+
+
+class FlakySink(StoreSink):
+    """The embedded store, failing while `down` is set."""
+
+    down = False
+
+    def deliver(self, ops: Any) -> dict[int, Any]:
+        if self.down:
+            from triage.relay.problems import DeliveryFailed
+
+            raise DeliveryFailed("disk I/O error")
+        return super().deliver(ops)
+
+
+def test_a_store_that_fails_queues_writes_and_a_later_flip_is_not_overwritten(tmp_path: Path) -> None:
+    sink = FlakySink(Store(tmp_path / "store.sqlite"))
+    sink.down = True
+    with serving(tmp_path, sink=sink, start_worker=False) as (client, app):
+        assert app.relay is not None and app.relay.worker is not None
+        queued = client.post("/api/feedback", json={"traceId": "t", "userId": "bob", "value": "down"})
+        assert queued.status_code == 202 and queued.json()["stored"] == "outbox"
+        sink.down = False
+        # the store is back, but an older write of this id waits in the outbox: this one queues behind it
+        flipped = client.post("/api/feedback", json={"traceId": "t", "userId": "bob", "value": "up"})
+        assert flipped.status_code == 202
+        app.relay.worker.drain()
+        again = client.post("/api/feedback", json={"traceId": "t", "userId": "eve", "value": "up"})
+        assert again.status_code == 200 and again.json()["stored"] == "store"  # caught up: inline again
+    sink.close()
+    assert sorted((r["userId"], r["value"]) for r in rows(tmp_path, "user_feedback")) == [
+        ("user:bob", 1.0),
+        ("user:eve", 1.0),
+    ]

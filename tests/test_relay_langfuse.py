@@ -238,3 +238,17 @@ def test_a_failed_delivery_never_brings_back_an_older_vote(tmp_path: Path, stand
     [row] = standin.score_rows()
     assert row["value"] == 1.0
     assert len(posts(standin)) == 1
+
+
+def test_a_full_outbox_is_503_and_readiness_shows_its_depth(tmp_path: Path, standin: LangfuseStandIn) -> None:
+    standin.stop()  # nothing drains: the outbox only grows
+    sink = sink_for(standin)
+    with serving(tmp_path, sink=sink, config=relay_config(outbox_max=2, batch_wait_seconds=5)) as (client, app):
+        for user in ("bob", "eve"):
+            assert client.post("/api/feedback", json={"traceId": "t", "userId": user, "value": "up"}).status_code == 202
+        assert app.relay is not None
+        app.relay._depth = None  # the write path reads the depth at most every half second
+        full = client.post("/api/feedback", json={"traceId": "t", "userId": "kim", "value": "up"})
+        assert full.status_code == 503 and full.headers["retry-after"] == "30"
+        assert client.get("/readyz").json()["outbox"]["pending"] == 2
+    standin.start()

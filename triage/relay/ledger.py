@@ -236,6 +236,14 @@ class Ledger:
         self._conn_lock = threading.Lock()
         self._apending: list[tuple[Callable[[Tx], Any], list[tuple[str, str]], asyncio.Future[Any]]] = []
         self._acommitting = False
+        #: inline mode: the store failed and the outbox holds writes the worker has yet to deliver
+        #: (a previous process may have left some)
+        self._backlog = (
+            self.inline
+            and self._db.execute("SELECT 1 FROM outbox WHERE dead = 0 LIMIT 1").fetchone() is not None
+        )
+        if self._backlog:
+            self._db.execute("PRAGMA synchronous=FULL")
         self._thread = threading.Thread(target=self._run, name="relay-ledger", daemon=True)
         self._thread.start()
         self.closed = False
@@ -289,6 +297,9 @@ class Ledger:
         function, write the rows (and the outbox). Raises sqlite3.Error after rolling back."""
         outcomes: list[_Outcome] = []
         db = self._db
+        if self._backlog and db.execute("SELECT 1 FROM outbox WHERE dead = 0 LIMIT 1").fetchone() is None:
+            self._backlog = False  # the worker caught up: the store takes writes inline again
+            db.execute("PRAGMA synchronous=NORMAL")
         try:
             db.execute("BEGIN IMMEDIATE")
             keys = {k for _, item_keys in batch for k in item_keys}
@@ -310,7 +321,9 @@ class Ledger:
                 outcomes.append((result, tx.ops, None))
             if written:
                 _store_rows(db, written)
-            if not self.inline:
+            if not self.inline or self._backlog:
+                # behind a backlog, a write queues too: delivered inline, it would be overwritten
+                # by an older write of the same id that the worker delivers later
                 enqueue(db, queued, self.now())
         except sqlite3.Error as ex:
             self._rollback(ex)
@@ -332,7 +345,7 @@ class Ledger:
             self._rollback(ex)
             return LedgerDown(str(ex))
         committed = [op for _, ops, _ in outcomes if ops for op in ops]
-        if self.after_commit is None:
+        if self.after_commit is None or self._backlog:
             return "outbox"
         if committed:
             try:
@@ -416,18 +429,18 @@ class Ledger:
             db.execute("BEGIN IMMEDIATE")
             enqueue(db, ops, self.now())
             db.execute("COMMIT")
+            self._backlog = True  # until the worker drains it, commits are fsynced (FULL stays)
             return "outbox"
         except sqlite3.Error:
             try:
                 db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            return None
-        finally:
             try:
                 db.execute("PRAGMA synchronous=NORMAL")
             except sqlite3.Error:
                 pass
+            return None
 
     def close(self) -> None:
         if self.closed:
