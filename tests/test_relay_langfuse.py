@@ -252,3 +252,44 @@ def test_a_full_outbox_is_503_and_readiness_shows_its_depth(tmp_path: Path, stan
         assert full.status_code == 503 and full.headers["retry-after"] == "30"
         assert client.get("/readyz").json()["outbox"]["pending"] == 2
     standin.start()
+
+
+def test_the_declared_model_becomes_langfuse_score_configs(
+    tmp_path: Path, standin: LangfuseStandIn, openapi: Any  # noqa: F811
+) -> None:
+    from triage.domain.relay import DeclaredScore, ScoreSource
+
+    # an existing config that differs from the model is left alone and not attached
+    standin.score_configs.append({"id": "old", "name": "issue_category", "createdAt": "2026-01-01T00:00:00.000Z",
+                                  "updatedAt": "2026-01-01T00:00:00.000Z", "projectId": standin.project_id,
+                                  "dataType": "NUMERIC", "isArchived": False})  # fmt: skip
+    model = relay_config(
+        batch_wait_seconds=0.05,
+        scores=[*relay_config().relay.scores, DeclaredScore(name="helpfulness", data_type="NUMERIC", min=1, max=5)],
+        sources=[*relay_config().relay.sources, ScoreSource(name="ci", scores=["helpfulness"])],
+    )
+    sink = LangfuseSink(sink_for(standin).http, model=model.relay)
+    with serving(tmp_path, sink=sink, config=model) as (client, _):
+        wait_for(lambda: sink._configs_synced)
+        client.post("/api/feedback", json={"traceId": "t", "reviewer": "ana", "verdict": "negative",
+                                           "issue_category": "wrong_tool", "value": "down"})  # fmt: skip
+        client.post("/api/scores", json={"traceId": "t", "source": "ci", "name": "helpfulness", "value": 4})
+        wait_for(lambda: len(standin.score_rows()) == 4)
+    configs = {c["name"]: c for c in standin.score_configs}
+    assert {n: c["dataType"] for n, c in configs.items()} == {
+        "issue_category": "NUMERIC",  # the old one, untouched
+        "user_feedback": "BOOLEAN",
+        "verdict": "CATEGORICAL",
+        "helpfulness": "NUMERIC",
+    }
+    assert [c["label"] for c in configs["verdict"]["categories"]] == ["positive", "negative", "false_alarm"]
+    assert (configs["helpfulness"]["minValue"], configs["helpfulness"]["maxValue"]) == (1, 5)
+    attached = {r["name"]: r["configId"] for r in standin.score_rows()}
+    assert attached == {
+        "user_feedback": configs["user_feedback"]["id"],
+        "verdict": configs["verdict"]["id"],
+        "issue_category": None,  # open categories, and the existing config differs
+        "helpfulness": configs["helpfulness"]["id"],
+    }
+    checked = {validate(openapi, entry) for entry in standin.log}
+    assert {"GET /api/public/score-configs 200", "POST /api/public/score-configs 200"} <= checked

@@ -75,7 +75,7 @@ def relay(
             retry=LANGFUSE_RETRY.with_(attempts=1),
             stats=SourceStats(),
         )
-        sink = LangfuseSink(http, batch_max=config.relay.batch_max)
+        sink = LangfuseSink(http, batch_max=config.relay.batch_max, model=config.relay)
     else:
         sink = StoreSink(Store(store_path, create_folder=settings.triage_store is None))
     try:

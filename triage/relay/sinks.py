@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
 import httpx
 
+from triage.domain.relay import RelayConfig
 from triage.errors import TriageError
+from triage.relay.configs import sync_score_configs
 from triage.relay.ledger import Op
 from triage.relay.problems import DeliveryFailed
 from triage.retry import RetryPolicy, retry_after
@@ -87,10 +90,34 @@ class LangfuseSink:
     name = "langfuse"
     inline = False
 
-    def __init__(self, http: LangfuseHttp, batch_max: int = 500) -> None:
+    def __init__(self, http: LangfuseHttp, batch_max: int = 500, model: RelayConfig | None = None) -> None:
         self.http = http
         self.batch_max = batch_max
         self.requests = 0
+        #: the declared model, mapped to Langfuse score configs on the worker's first chance
+        self.model = model
+        self.config_ids: dict[str, str] = {}
+        self._configs_synced = model is None
+        self._configs_tried = -1e9
+
+    def housekeeping(self) -> None:
+        """Map the declared model to Langfuse score configs (once; again a minute after a failure)."""
+        if self._configs_synced or self.model is None or time.monotonic() - self._configs_tried < 60:
+            return
+        self._configs_tried = time.monotonic()
+        try:
+            self.config_ids = sync_score_configs(self.http, self.model, ONE_ATTEMPT)
+            self._configs_synced = True
+        except (HttpStatus, httpx.TransportError, TriageError) as ex:
+            log.warning(
+                "score configs not synced (again in a minute): %s",
+                self._failed(ex),
+                extra={"event": "score_config"},
+            )
+
+    def _wire(self, body: dict[str, object]) -> dict[str, object]:
+        config = self.config_ids.get(str(body.get("name")))
+        return {**body, "configId": config} if config else body
 
     def _failed(self, ex: BaseException) -> DeliveryFailed:
         if isinstance(ex, HttpStatus):
@@ -111,7 +138,9 @@ class LangfuseSink:
             chunk = puts[start : start + self.batch_max]
             try:
                 self.requests += 1
-                rejected = post_score_list(self.http, [op.body for op in chunk if op.body], ONE_ATTEMPT)
+                rejected = post_score_list(
+                    self.http, [self._wire(op.body) for op in chunk if op.body], ONE_ATTEMPT
+                )
             except (HttpStatus, httpx.TransportError, TriageError) as ex:
                 problem = self._failed(ex)
                 if problem.retryable or len(chunk) == 1:
@@ -137,7 +166,7 @@ class LangfuseSink:
         for op in chunk:
             try:
                 self.requests += 1
-                if post_score_list(self.http, [op.body] if op.body else [], ONE_ATTEMPT):
+                if post_score_list(self.http, [self._wire(op.body)] if op.body else [], ONE_ATTEMPT):
                     failed[op.seq] = DeliveryFailed("Langfuse rejected the score (207)", retryable=False)
             except (HttpStatus, httpx.TransportError, TriageError) as ex:
                 failed[op.seq] = self._failed(ex)
@@ -145,7 +174,9 @@ class LangfuseSink:
 
     def reachable(self) -> bool:
         try:
-            self.http.call("checking Langfuse", lambda: self.http.raw("GET", "api/public/projects"), retry=ONE_ATTEMPT)
+            self.http.call(
+                "checking Langfuse", lambda: self.http.raw("GET", "api/public/projects"), retry=ONE_ATTEMPT
+            )
         except Exception:
             return False
         return True
