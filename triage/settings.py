@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     triage_mcp_token: SecretStr | None = None
     triage_mcp_command: str | None = None
 
+    #: `triage relay`: the gateway's bearer token, the key that signs browsers' feedback tokens,
+    #: and the relay's own SQLite file (ledger and outbox)
+    triage_relay_token: SecretStr | None = None
+    triage_relay_signing_key: SecretStr | None = None
+    triage_relay_outbox: Path | None = None
+
     triage_config: Path | None = None
     triage_store: Path | None = None
     triage_facts_file: Path | None = None
@@ -56,13 +62,28 @@ class Settings(BaseSettings):
     job_completion_index: int | None = Field(default=None, ge=0)
     triage_shard_count: int | None = Field(default=None, ge=1)
 
-    @field_validator("langfuse_secret_key", "openai_api_key", "triage_mcp_token", "langfuse_public_key", mode="before")
+    @field_validator(
+        "langfuse_secret_key",
+        "openai_api_key",
+        "triage_mcp_token",
+        "langfuse_public_key",
+        "triage_relay_token",
+        "triage_relay_signing_key",
+        mode="before",
+    )
     @classmethod
     def _strip(cls, value: object) -> object:
         # `kubectl create secret --from-file` keeps the file's trailing newline: a key never has one
         return value.strip() if isinstance(value, str) else value
 
-    @field_validator("langfuse_secret_key", "openai_api_key", "triage_mcp_token", "langfuse_public_key")
+    @field_validator(
+        "langfuse_secret_key",
+        "openai_api_key",
+        "triage_mcp_token",
+        "langfuse_public_key",
+        "triage_relay_token",
+        "triage_relay_signing_key",
+    )
     @classmethod
     def _header_safe(cls, value: SecretStr | str | None) -> SecretStr | str | None:
         # keys travel in HTTP headers, which carry visible ASCII only; never echo the value
@@ -88,5 +109,11 @@ class Settings(BaseSettings):
 
     def secrets(self) -> list[str]:
         """Secret values, so logging can redact them wherever they might appear."""
-        values = [self.langfuse_secret_key, self.openai_api_key, self.triage_mcp_token]
+        values = [
+            self.langfuse_secret_key,
+            self.openai_api_key,
+            self.triage_mcp_token,
+            self.triage_relay_token,
+            self.triage_relay_signing_key,
+        ]
         return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]

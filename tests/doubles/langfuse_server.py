@@ -25,6 +25,7 @@ behaviour that makes Langfuse tricky (see ../shared/notes/langfuse.md):
   add), page-numbered (`page`, `limit` at most 100, `meta.totalPages`), newest first. A queue's
   name is unique (409); queue items are NOT de-duplicated: the same object POSTed twice makes two
   items (langfuse/langfuse#12938), which is why a client must list the items first;
+- `DELETE /api/public/scores/{id}`: 204, every physical row of the id; 404 when there is none;
 - 429 with Retry-After (every k-th request, or a requests-per-minute limit), scripted faults
   (status codes, slow responses, dropped connections before or after the request was processed),
   a restart (state kept, listener and open
@@ -205,6 +206,7 @@ class LangfuseStandIn:
         self.filter_any_of = filter_any_of
         self.record_bodies = record_bodies
         self.drop_score_ids: set[str] = set()
+        #: `GET`/`POST /api/public/score-configs` (ScoreConfig objects, as the API returns them)
 
         self._lock = threading.RLock()
         self._obs_rows: list[dict[str, Any]] = []
@@ -507,7 +509,7 @@ class LangfuseStandIn:
                 return None
         except HttpProblem as problem:
             status, payload, out_headers = problem.status, {"message": problem.message}, problem.headers
-        data = json.dumps(payload).encode()
+        data = b"" if status == 204 else json.dumps(payload).encode()
         entry.status = status
         if self.record_bodies:
             entry.response_body = data
@@ -560,6 +562,8 @@ class LangfuseStandIn:
             return 200, self._legacy_session(path.removeprefix("/api/public/sessions/"))
         if method == "POST" and path == "/api/public/scores":
             return self._post_scores(body)
+        if method == "DELETE" and path.startswith("/api/public/scores/"):
+            return self._delete_score(path.removeprefix("/api/public/scores/"))
         if path.startswith(("/api/public/score-configs", "/api/public/annotation-queues")):
             return self._route_review(method, path, query, body)
         # -- datasets and the legacy trace list (triage promote, triage votes): see their block below
@@ -996,6 +1000,17 @@ class LangfuseStandIn:
         row = self._score_row(payload, received)
         self._enqueue([row])
         return 200, {"id": row["id"]}
+
+    def _delete_score(self, score_id: str) -> tuple[int, Any]:
+        """`DELETE /api/public/scores/{id}`: every physical row of the id (pending ones too); 204."""
+        with self._lock:
+            self._apply_due()
+            before = len(self._score_rows) + len(self._pending)
+            self._score_rows = [r for r in self._score_rows if r["id"] != score_id]
+            self._pending = [(at, e) for at, e in self._pending if e["id"] != score_id]
+            if before == len(self._score_rows) + len(self._pending):
+                raise HttpProblem(404, f"Score {score_id} not found")
+        return 204, None
 
     def _enqueue(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:

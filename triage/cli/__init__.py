@@ -1,6 +1,7 @@
 """The command line: parse options, build settings, call one core function, map errors to exit codes.
 
-One module per command (group): `feedback`, `demo`, `store` (import), `index`, `queue`; `common` holds
+One module per command (group): `feedback`, `demo`, `store` (import), `index`, `calibrate`, `eval`,
+`queue`, `promote`, `votes`, `relay`; `common` holds
 what they share. Commands are glue only: the work is in the core they call.
 Exit codes are `triage.errors.ExitCode` (the CronJob's contract, documented in the README).
 """
@@ -17,6 +18,7 @@ from triage.cli.feedback import feedback
 from triage.cli.index import index
 from triage.cli.promote import promote
 from triage.cli.queue import queue
+from triage.cli.relay import relay
 from triage.cli.store import import_
 from triage.cli.votes import votes
 from triage.errors import ExitCode
@@ -37,7 +39,7 @@ def cli() -> None:
     logs.current_format = "text"  # until a command configures its logging
 
 
-for command in (feedback, demo, import_, index, calibrate, eval_, queue, promote, votes):
+for command in (feedback, demo, import_, index, calibrate, eval_, queue, promote, votes, relay):
     cli.add_command(command)
 
 

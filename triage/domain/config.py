@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from triage.domain.relay import RelayConfig
 from triage.errors import ConfigError
 
 
@@ -94,6 +95,7 @@ class TriageConfig(_Section):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     index: list[IndexFolder] = Field(default_factory=list)
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
+    relay: RelayConfig = Field(default_factory=RelayConfig)
 
     @property
     def collections(self) -> list[str]:

@@ -176,6 +176,8 @@ class LangfuseHttp:
             auth=self._auth,
             timeout=self.timeout,
         )
+        if response.status_code == 204:  # a DELETE's answer: no body
+            return {}
         try:
             body = response.json()
         except (ValueError, RecursionError):  # not JSON, or nested too deep to decode

@@ -14,7 +14,7 @@ from langfuse.api.scores.types.create_score_request import CreateScoreRequest
 
 from triage.domain.records import ScoreWrite, WriteOutcome
 from triage.errors import LangfuseError
-from triage.retry import Clock, current_clock
+from triage.retry import Clock, RetryPolicy, current_clock
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp
 from triage.sources.langfuse.scores import ScoreReads
 from triage.sources.langfuse.wire import post_chunks, sdk_score, wire_score
@@ -151,3 +151,28 @@ class ScoreWrites:
                 )
         order = {s.id: i for i, s in enumerate(sent)}
         return sorted(confirmed, key=order.__getitem__), unconfirmed
+
+
+# -- the relay's writes (`triage relay`): raw bodies, one attempt each; the relay's outbox retries
+
+
+def post_score_list(http: LangfuseHttp, bodies: Sequence[dict[str, object]], retry: RetryPolicy) -> int:
+    """POST scores (Langfuse's POST shape, any data type) as one list; how many the server rejected
+    (a 207). Raises `HttpStatus` for a refused request, `LangfuseError` when it failed."""
+    what = f"relaying {len(bodies)} scores"
+    body = http.call(what, lambda: http.raw("POST", "api/public/scores", json_body=list(bodies)), retry=retry)
+    rejected = body.get("rejected", 0) if isinstance(body, dict) else 0
+    return int(rejected) if isinstance(rejected, int) else 0
+
+
+def delete_score(http: LangfuseHttp, score_id: str, retry: RetryPolicy) -> bool:
+    """DELETE one score; False when Langfuse has no such score (nothing to delete)."""
+    try:
+        http.call(
+            f"deleting score {score_id}", lambda: http.raw("DELETE", f"api/public/scores/{score_id}"), retry=retry
+        )
+    except HttpStatus as ex:
+        if ex.status == 404:
+            return False
+        raise
+    return True

@@ -1,0 +1,359 @@
+"""Benchmark `triage relay`: N concurrent voters who flip their votes and verdicts at random.
+
+    python bench/relay.py [--voters 64] [--answers 400] [--actions 20000] [--seconds 30]
+                          [--targets store,langfuse] [--outage 0.3,0.6] [--json FILE]
+
+This process drives the voters (asyncio + httpx over loopback); the relay runs as its own
+process (`python -m triage relay`), into a fresh embedded store, then into the Langfuse stand-in
+(tests/doubles/langfuse_server.py, in this process), which is stopped for the `--outage` share
+of the run and started again. Each voter acts on random answers (traces, or session + turn): a
+vote up or down, or (one action in ten) a verdict, replaced whole. Bounded by `--actions` and
+`--seconds`, whichever comes first. Afterwards: the outbox must drain, and the stored state must
+equal each voter's last action on each answer: zero lost, zero duplicate rows.
+Reports throughput, p50/p99 latency, and Langfuse requests per vote. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.doubles.langfuse_server import LangfuseStandIn  # noqa: E402
+
+VERDICTS = ("positive", "negative", "false_alarm")
+CATEGORIES = ("wrong_answer", "missing_info", "wrong_tool", "other")
+# targets (issue 14)
+MIN_VOTES_PER_S = 1000
+MAX_P99_MS = 50
+MAX_LANGFUSE_REQ_PER_VOTE = 1 / 20
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers(count: int) -> list[dict[str, Any]]:
+    """Half traces, half session turns."""
+    out: list[dict[str, Any]] = []
+    for n in range(count):
+        out.append({"traceId": f"t-{n}"} if n % 2 == 0 else {"contextId": f"s-{n // 8}", "turn": n % 8})
+    return out
+
+
+def key(answer: dict[str, Any]) -> str:
+    return (
+        f"trace:{answer['traceId']}"
+        if "traceId" in answer
+        else f"session:{answer['contextId']}:{answer['turn']}"
+    )
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection, as a browser or a gateway keeps one. (httpx's
+    AsyncClient was the bottleneck here: about 90 requests/s at 32 connections against a bare
+    Starlette app that answers 1,500/s to this client.)"""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        assert self.reader is not None
+        data = json.dumps(body).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + data)
+        status = int((await self.reader.readline()).split()[1])
+        headers: dict[str, str] = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        await self.reader.readexactly(int(headers.get("content-length", "0")))
+        return status, headers
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class Driver:
+    def __init__(
+        self, port: int, voters: int, pool: list[dict[str, Any]], actions: int, seconds: float
+    ) -> None:
+        self.port = port
+        self.voters = voters
+        self.pool = pool
+        self.actions = actions
+        self.seconds = seconds
+        self.sent = 0
+        self.latencies: list[float] = []
+        self.statuses: Counter[int] = Counter()
+        #: (answer key, author) -> the last vote (1/0) and the last verdict's fields
+        self.votes: dict[tuple[str, str], int] = {}
+        self.verdicts: dict[tuple[str, str], dict[str, str]] = {}
+        self.votes_sent = 0
+
+    async def voter(self, client: Connection, number: int, stop_at: float) -> None:
+        rng = random.Random(number)
+        user = f"voter-{number}"
+        while self.sent < self.actions and time.perf_counter() < stop_at:
+            self.sent += 1
+            answer = rng.choice(self.pool)
+            if rng.random() < 0.1:
+                fields = {"verdict": rng.choice(VERDICTS)}
+                if rng.random() < 0.5:
+                    fields["issue_category"] = rng.choice(CATEGORIES)
+                if rng.random() < 0.3:
+                    fields["note"] = f"note {rng.randrange(1000)}"
+                body: dict[str, Any] = {**answer, "userId": user, **fields}
+                expect = ("verdict", fields)
+            else:
+                value = rng.random() < 0.5
+                body = {**answer, "userId": user, "value": "up" if value else "down", "comment": "bench"}
+                expect = ("vote", int(value))
+            started = time.perf_counter()
+            while True:  # a 429 or 503 is retried as a client would; anything else is recorded
+                status, headers = await client.post("/api/feedback", body)
+                if status not in (429, 503):
+                    break
+                await asyncio.sleep(float(headers.get("retry-after", "1")))
+            self.latencies.append(time.perf_counter() - started)
+            self.statuses[status] += 1
+            if status in (200, 202):
+                slot = (key(answer), f"user:{user}")
+                if expect[0] == "vote":
+                    self.votes[slot] = expect[1]  # type: ignore[assignment]
+                    self.votes_sent += 1
+                else:
+                    self.verdicts[slot] = expect[1]  # type: ignore[assignment]
+
+    async def run(self) -> float:
+        connections = [Connection(self.port) for _ in range(self.voters)]
+        started = time.perf_counter()
+        stop_at = started + self.seconds
+        await asyncio.gather(*(self.voter(c, n, stop_at) for n, c in enumerate(connections)))
+        elapsed = time.perf_counter() - started
+        for c in connections:
+            await c.close()
+        return elapsed
+
+
+def start_relay(workdir: Path, env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    config = workdir / "relay.toml"
+    config.write_text(
+        "[relay]\nrate_per_second = 1000000.0\nrate_burst = 1000000\nbatch_wait_seconds = 0.25\n",
+        encoding="utf-8",
+    )
+    log = (workdir / "relay.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "triage", "relay", "--port", str(port), "--config", str(config), "--log-format", "json"],
+        env=env, stdout=log, stderr=log,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                return process
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise SystemExit(f"the relay did not start; see {workdir / 'relay.log'}")
+        time.sleep(0.1)
+
+
+def wait_drained(url: str, seconds: float = 120) -> tuple[float, int]:
+    started = time.monotonic()
+    while True:
+        depth = httpx.get(f"{url}/readyz").json()["outbox"]["pending"]
+        if depth == 0 or time.monotonic() - started > seconds:
+            return time.monotonic() - started, depth
+        time.sleep(0.1)
+
+
+def expected_rows(driver: Driver) -> dict[tuple[str, str, str], Any]:
+    """(answer, author, score name) -> value, from each voter's last action."""
+    out: dict[tuple[str, str, str], Any] = {}
+    for (answer, author), value in driver.votes.items():
+        out[(answer, author, "user_feedback")] = value
+    for (answer, author), fields in driver.verdicts.items():
+        for name, text in fields.items():
+            out[(answer, author, name)] = text
+    return out
+
+
+def compare(expected: dict[tuple[str, str, str], Any], rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Lost, wrong and extra rows; duplicates (two physical rows for one id)."""
+    seen: dict[tuple[str, str, str], Any] = {}
+    ids = Counter(r["id"] for r in rows)
+    for r in rows:
+        meta = r["metadata"] if isinstance(r["metadata"], dict) else json.loads(r["metadata"] or "{}")
+        slot = (meta["answer"], meta["reviewer"], r["name"])
+        seen[slot] = r["value"] if r["dataType"] == "BOOLEAN" else r["stringValue"]
+    lost = sum(1 for slot in expected if slot not in seen)
+    wrong = sum(1 for slot, value in expected.items() if slot in seen and seen[slot] != value)
+    extra = sum(1 for slot in seen if slot not in expected)
+    return {
+        "lost": lost,
+        "wrong": wrong,
+        "extra": extra,
+        "duplicates": sum(n - 1 for n in ids.values() if n > 1),
+    }
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] * 1000 if ordered else 0.0
+
+
+def run_target(target: str, args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"relay-bench-{target}-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIAGE_", "LANGFUSE_"))}
+    env["TRIAGE_STORE"] = str(workdir / "store.sqlite")
+    standin: LangfuseStandIn | None = None
+    if target == "langfuse":
+        standin = LangfuseStandIn(record_bodies=False)
+        standin.start()
+        env.update(LANGFUSE_PUBLIC_KEY=standin.public_key, LANGFUSE_SECRET_KEY=standin.secret_key,
+                   LANGFUSE_BASE_URL=standin.url)  # fmt: skip
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    relay = start_relay(workdir, env, port)
+    driver = Driver(port, args.voters, answers(args.answers), args.actions, args.seconds)
+    outage: list[float] = []
+    try:
+        if standin is not None:
+            down_at, up_at = (float(x) for x in args.outage.split(","))
+
+            async def with_outage() -> float:
+                async def flip() -> None:
+                    assert standin is not None
+                    expected = args.seconds if args.actions > 10**8 else args.actions / 1500
+                    await asyncio.sleep(expected * down_at)
+                    outage.append(time.perf_counter())
+                    await asyncio.to_thread(standin.stop)
+                    await asyncio.sleep(expected * (up_at - down_at))
+                    await asyncio.to_thread(standin.start)
+                    outage.append(time.perf_counter())
+
+                flipper = asyncio.create_task(flip())
+                elapsed = await driver.run()
+                await flipper
+                return elapsed
+
+            elapsed = asyncio.run(with_outage())
+        else:
+            elapsed = asyncio.run(driver.run())
+        drain_s, depth = wait_drained(url)
+        metrics = httpx.get(f"{url}/metrics").text
+    finally:
+        relay.terminate()
+        relay.wait(30)
+    if standin is not None:
+        rows = standin.score_rows()
+        posts = sum(1 for r in standin.log if r.method == "POST" and r.status in (200, 202, 207))
+        attempts = sum(1 for r in standin.log if r.path.startswith("/api/public/scores"))
+        standin.stop()
+    else:
+        db = sqlite3.connect(workdir / "store.sqlite")
+        db.row_factory = sqlite3.Row
+        rows = [dict(r) for r in db.execute("SELECT * FROM scores")]
+        db.close()
+        posts = attempts = 0
+    result = compare(expected_rows(driver), rows)
+    done = sum(driver.statuses.values())
+    return {
+        "target": target,
+        "actions": done,
+        "votes": driver.votes_sent,
+        "seconds": round(elapsed, 2),
+        "actions_per_s": round(done / elapsed, 1),
+        "p50_ms": round(percentile(driver.latencies, 0.50), 2),
+        "p99_ms": round(percentile(driver.latencies, 0.99), 2),
+        "statuses": dict(driver.statuses),
+        "outage_s": round(outage[1] - outage[0], 2) if len(outage) == 2 else None,
+        "langfuse_write_requests": posts,
+        "langfuse_requests_incl_failed": attempts,
+        "langfuse_req_per_vote": round(attempts / done, 4) if done and standin is not None else None,
+        "drain_s": round(drain_s, 2),
+        "outbox_left": depth,
+        "rows": len(rows),
+        "expected_rows": len(expected_rows(driver)),
+        **result,
+        "metrics_outbox_depth": next(
+            (ln.split()[-1] for ln in metrics.splitlines() if ln.startswith("relay_outbox_depth ")), None
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--voters", type=int, default=64)
+    parser.add_argument("--answers", type=int, default=400)
+    parser.add_argument("--actions", type=int, default=20000)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--targets", default="store,langfuse")
+    parser.add_argument("--outage", default="0.3,0.6", help="stand-in down from/to, as shares of the run")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = [run_target(t, args) for t in args.targets.split(",")]
+    columns = ["target", "actions", "seconds", "actions_per_s", "p50_ms", "p99_ms", "langfuse_req_per_vote",
+               "outage_s", "drain_s", "rows", "lost", "wrong", "extra", "duplicates", "outbox_left"]  # fmt: skip
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for r in results:
+        print("| " + " | ".join(str(r[c]) for c in columns) + " |")
+    for r in results:
+        checks = [
+            (
+                "nothing lost, nothing wrong, no duplicates",
+                r["lost"] == r["wrong"] == r["extra"] == r["duplicates"] == 0,
+            ),
+            ("outbox drained", r["outbox_left"] == 0),
+        ]
+        if r["target"] == "store":
+            checks += [
+                (f">= {MIN_VOTES_PER_S} votes/s", r["actions_per_s"] >= MIN_VOTES_PER_S),
+                (f"p99 < {MAX_P99_MS} ms", r["p99_ms"] < MAX_P99_MS),
+            ]
+        else:
+            checks.append(
+                (
+                    "<= 1 Langfuse request per 20 votes",
+                    (r["langfuse_req_per_vote"] or 0) <= MAX_LANGFUSE_REQ_PER_VOTE,
+                )
+            )
+        for name, ok in checks:
+            print(f"{r['target']}: {name}: {'yes' if ok else 'NO'}")
+    print("statuses:", {r["target"]: r["statuses"] for r in results})
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

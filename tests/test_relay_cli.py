@@ -1,0 +1,96 @@
+"""`triage relay` as a command: exit 3 for an incoherent configuration, and on a laptop with no
+set-up, votes posted over HTTP appear in the next `triage feedback` report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from tests.test_relay import free_port
+from triage.cli import cli
+from triage.compose import DEMO_DIR
+from triage.config import load_config
+from triage.domain.relay import RelayConfig
+from triage.errors import ExitCode
+
+
+def test_an_open_relay_refuses_any_address_but_loopback() -> None:
+    result = CliRunner().invoke(cli, ["relay", "--host", "0.0.0.0", "--port", "1"])
+    assert result.exit_code == ExitCode.CONFIG
+    assert "serves on 127.0.0.1 only, not 0.0.0.0" in result.output and "TRIAGE_RELAY_TOKEN" in result.output
+
+
+def test_an_incoherent_score_model_refuses_to_start(tmp_path: Path) -> None:
+    config = tmp_path / "triage.toml"
+    config.write_text(
+        '[relay]\nsources = []\n[[relay.scores]]\nname = "tone"\ndata_type = "TEXT"\n'
+        '[[relay.scores]]\nname = "tone"\ndata_type = "TEXT"\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(cli, ["relay", "--config", str(config), "--port", "1"])
+    assert result.exit_code == ExitCode.CONFIG
+    assert "score 'tone' is declared twice" in result.output and "no source is declared" in result.output
+
+
+def test_the_default_model_is_coherent_and_problems_are_named() -> None:
+    config = load_config()
+    assert config.relay.problems(["user_feedback", "verdict"]) == []
+    model = RelayConfig(sources=[{"name": "human", "scores": ["user_feedback", "nope"]}])  # type: ignore[list-item]
+    problems = model.problems(["user_feedback", "verdict"])
+    assert "source 'human' writes 'nope', which is not declared" in problems
+    assert "the 'human' source must be allowed to write 'verdict' (the relay writes it)" in problems
+
+
+def test_a_secret_token_setting_is_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIAGE_RELAY_TOKEN", "bad token with spaces")
+    result = CliRunner().invoke(cli, ["relay", "--port", "1"])
+    assert result.exit_code == ExitCode.CONFIG and "spaces" not in result.output
+
+
+@pytest.mark.slow
+def test_relay_then_feedback_sees_the_votes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIAGE_", "LANGFUSE_"))}
+    env["TRIAGE_STORE"] = str(tmp_path / "store.sqlite")
+    triage = [sys.executable, "-m", "triage"]
+    subprocess.run([*triage, "import", str(DEMO_DIR / "traces.jsonl")], env=env, check=True, capture_output=True)
+    port = free_port()
+    server = subprocess.Popen(
+        [*triage, "relay", "--port", str(port), "--log-format", "json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "the relay did not start"
+            time.sleep(0.1)
+        down = {"traceId": "demo-gen-max-trials", "userId": "bob", "value": "down", "comment": "wrong limit"}
+        assert httpx.post(f"{url}/api/feedback", json=down).status_code == 200
+        session = {"contextId": "no-such-session", "turn": 0, "value": "down"}
+        assert httpx.post(f"{url}/api/feedback", json=session).status_code == 200
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=20)
+    assert server.returncode == 0, stderr
+    assert "Bearer" not in stderr and '"event": "relay_stop"' in stderr
+    config = tmp_path / "lag0.toml"
+    config.write_text("[window]\nlag_minutes = 0\n", encoding="utf-8")
+    report = subprocess.run(
+        [*triage, "feedback", "--since-hours", "1", "--config", str(config), "--report"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert "2 thumbs-down: 1 triaged, 1 not triaged" in report.stdout, report.stdout + report.stderr
+    assert "demo-gen-max-trials" in report.stdout and "wrong limit" in report.stdout
+    assert "session no-such-session has 0 trace(s) so far; turn 0 has not arrived" in report.stdout

@@ -1,0 +1,119 @@
+"""The relay's configuration records: the declared score model and the service's limits.
+
+Pure data, read from the `[relay]` table of the configuration file (`triage.config.load_config`).
+`RelayConfig.problems()` lists what makes a model incoherent; `triage relay` refuses to start on
+any (exit 3).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DataType = Literal["BOOLEAN", "NUMERIC", "CATEGORICAL", "CORRECTION", "TEXT"]
+
+#: the score names the relay writes for people (votes, notes and verdicts); `verdict` is the
+#: calibration config's `verdict_score`
+VOTE_SCORE = "user_feedback"
+VERDICT_FIELDS = ("issue_category", "corrected_answer", "expected_tool_behavior", "note")
+HUMAN = "human"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DeclaredScore(_Section):
+    """One score name the relay may write, with its Langfuse data type."""
+
+    name: str = Field(min_length=1, max_length=64)
+    data_type: DataType
+    #: NUMERIC bounds (inclusive)
+    min: float | None = None
+    max: float | None = None
+    #: CATEGORICAL: the allowed values; empty means any string up to `max_length`
+    categories: list[str] = Field(default_factory=list)
+    #: CATEGORICAL, TEXT and CORRECTION: the longest value (Langfuse's TEXT takes 1-500 characters)
+    max_length: int = Field(default=500, ge=1, le=100_000)
+
+
+class ScoreSource(_Section):
+    """Who writes: `human` (votes and verdicts through /api/feedback) or a named external channel."""
+
+    name: str = Field(min_length=1, max_length=64)
+    scores: list[str]
+
+
+def _default_scores() -> list[DeclaredScore]:
+    return [
+        DeclaredScore(name=VOTE_SCORE, data_type="BOOLEAN"),
+        DeclaredScore(name="verdict", data_type="CATEGORICAL", categories=["positive", "negative", "false_alarm"]),
+        DeclaredScore(name="issue_category", data_type="CATEGORICAL", max_length=64),
+        DeclaredScore(name="corrected_answer", data_type="CORRECTION", max_length=20_000),
+        DeclaredScore(name="expected_tool_behavior", data_type="TEXT"),
+        DeclaredScore(name="note", data_type="TEXT"),
+    ]
+
+
+def _default_sources() -> list[ScoreSource]:
+    return [ScoreSource(name=HUMAN, scores=[s.name for s in _default_scores()])]
+
+
+class RelayConfig(_Section):
+    """`[relay]`: the declared score model and the service's limits."""
+
+    #: enforce: an undeclared score name is refused (422); monitor: accepted and counted
+    mode: Literal["enforce", "monitor"] = "enforce"
+    scores: list[DeclaredScore] = Field(default_factory=_default_scores)
+    sources: list[ScoreSource] = Field(default_factory=_default_sources)
+    #: a request body over this many bytes is refused (413)
+    max_body_bytes: int = Field(default=64 * 1024, ge=256)
+    #: per client (token subject, named user, else address): sustained requests per second and burst
+    rate_per_second: float = Field(default=20.0, gt=0)
+    rate_burst: int = Field(default=40, ge=1)
+    #: feedback tokens issued by `triage.relay.tokens.issue_token` expire after this long by default
+    token_ttl_seconds: int = Field(default=3 * 3600, ge=60)
+    #: delivery to Langfuse: wait this long for a batch to fill, send at most this many per request
+    batch_wait_seconds: float = Field(default=0.25, ge=0)
+    batch_max: int = Field(default=500, ge=1, le=1000)
+    #: the outbox refuses new writes (503) beyond this many undelivered operations
+    outbox_max: int = Field(default=1_000_000, ge=1)
+    #: an operation Langfuse refuses outright (a 4xx that is not 408/409/429) this often is set aside
+    max_attempts: int = Field(default=20, ge=1)
+
+    def declared(self, name: str) -> DeclaredScore | None:
+        return next((s for s in self.scores if s.name == name), None)
+
+    def may_write(self, source: str, name: str) -> bool:
+        return any(s.name == source and name in s.scores for s in self.sources)
+
+    def problems(self, required: list[str] | None = None) -> list[str]:
+        """What makes the model incoherent; empty when it is sound. `required`: names the relay
+        itself writes for people, which the `human` source must be allowed to write."""
+        found: list[str] = []
+        names = [s.name for s in self.scores]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            found.append(f"score {name!r} is declared twice")
+        if not self.sources:
+            found.append("no source is declared ([[relay.sources]])")
+        sources = [s.name for s in self.sources]
+        for name in sorted({n for n in sources if sources.count(n) > 1}):
+            found.append(f"source {name!r} is declared twice")
+        for source in self.sources:
+            for name in source.scores:
+                if name not in names:
+                    found.append(f"source {source.name!r} writes {name!r}, which is not declared")
+        written = {n for s in self.sources for n in s.scores}
+        for score in self.scores:
+            if score.name not in written:
+                found.append(f"score {score.name!r} is declared but no source writes it")
+            if score.data_type == "NUMERIC" and score.min is not None and score.max is not None:
+                if score.min > score.max:
+                    found.append(f"score {score.name!r}: min {score.min} is above max {score.max}")
+            if score.data_type != "CATEGORICAL" and score.categories:
+                found.append(f"score {score.name!r}: categories need data_type CATEGORICAL")
+        for name in required or []:
+            if self.mode == "enforce" and not self.may_write(HUMAN, name):
+                found.append(f"the {HUMAN!r} source must be allowed to write {name!r} (the relay writes it)")
+        return found

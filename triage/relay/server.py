@@ -1,0 +1,120 @@
+"""Putting the relay together (ledger, sink, worker, app) and serving it under uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+
+from triage.domain.config import TriageConfig
+from triage.errors import ConfigError
+from triage.relay.app import Credentials, RelayApp
+from triage.relay.ledger import Ledger, Op
+from triage.relay.service import Relay
+from triage.relay.sinks import Sink
+from triage.relay.worker import Worker
+from triage.retry import Clock, current_clock
+
+log = logging.getLogger("triage.relay")
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def check_startup(config: TriageConfig, credentials: Credentials, host: str) -> None:
+    """Refuse to start (ConfigError, exit 3) on an incoherent model or an open relay off loopback."""
+    probe = Relay.required_for(config.calibration.verdict_score)
+    problems = config.relay.problems(probe)
+    if problems:
+        raise ConfigError("the relay's score model is incoherent: " + "; ".join(problems))
+    if credentials.open and not is_loopback(host):
+        raise ConfigError(
+            f"no credentials are configured, so the relay serves on 127.0.0.1 only, not {host}: set "
+            "TRIAGE_RELAY_TOKEN (the gateway's bearer token) and/or TRIAGE_RELAY_SIGNING_KEY (feedback tokens)"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@contextmanager
+def relay_running(
+    config: TriageConfig,
+    sink: Sink,
+    outbox: Path | str,
+    credentials: Credentials,
+    *,
+    clock: Clock | None = None,
+    start_worker: bool = True,
+    drain_seconds: float = 5.0,
+) -> Iterator[RelayApp]:
+    """The app with its ledger open and (for an outbox-delivered sink) its worker running."""
+    clock = clock or current_clock()
+    now = lambda: clock.now().timestamp()  # noqa: E731
+    ledger = Ledger(outbox, now=now, after_commit=_inline(sink) if sink.inline else None)
+    worker = Worker(
+        ledger,
+        sink,
+        clock,
+        batch_max=config.relay.batch_max,
+        batch_wait=config.relay.batch_wait_seconds,
+        max_attempts=config.relay.max_attempts,
+    )
+    relay = Relay(
+        ledger=ledger,
+        sink=sink,
+        config=config.relay,
+        clock=clock,
+        verdict_score=config.calibration.verdict_score,
+        worker=worker,
+    )
+    if start_worker:
+        worker.start()
+    try:
+        yield RelayApp(relay, credentials, clock_now=clock.monotonic)
+    finally:
+        if start_worker:
+            worker.stop(drain_seconds)
+        ledger.close()
+
+
+def _inline(sink: Sink) -> Callable[[list[Op]], None]:
+    def deliver(ops: list[Op]) -> None:
+        failed = sink.deliver(ops)
+        if failed:
+            raise next(iter(failed.values()))
+
+    return deliver
+
+
+def serve(app: RelayApp, host: str, port: int) -> None:
+    """Serve until SIGINT/SIGTERM (uvicorn shuts down gracefully), then return."""
+    server = uvicorn.Server(
+        uvicorn.Config(app.app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
+    )
+    log.info("relay serving on http://%s:%d", host, port, extra={"event": "relay_start", "host": host, "port": port})
+    stopped: list[int] = []
+    # uvicorn re-raises the signal it handled to the handler it found: make that one note it, so
+    # the caller still drains the outbox and closes the ledger, and the process exits 0
+    previous = {sig: signal.signal(sig, lambda number, frame: stopped.append(number)) for sig in _SIGNALS}
+    # the ledger's writer thread gives up the GIL on every SQLite call and waits for it behind the
+    # HTTP thread for up to the switch interval (5 ms by default): a shorter one keeps batches short
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    try:
+        server.run()
+    finally:
+        sys.setswitchinterval(switch)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("relay stopped%s", f" (signal {stopped[0]})" if stopped else "", extra={"event": "relay_stop"})

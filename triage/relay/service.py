@@ -1,0 +1,372 @@
+"""The relay's core: votes, verdicts and channel scores to score rows with deterministic ids, the
+operations on them (upsert, create-only, replace, delete, list), and where each write went.
+
+Ids: `uuid5(NAMESPACE, "relay:<score name>:<answer>:<author>")` where the answer is `trace:<id>`
+or `session:<id>:<turn>`. Timestamp: the first write's, kept in the ledger, so a changed vote is
+a true overwrite in Langfuse (same id, name and timestamp) and in the embedded store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from triage.domain.relay import HUMAN, VERDICT_FIELDS, VOTE_SCORE, DeclaredScore, RelayConfig
+from triage.domain.scores import NAMESPACE
+from triage.relay.ledger import Ledger, LedgerDown, Row, Tx, iso_ms
+from triage.relay.metrics import Metrics
+from triage.relay.problems import DeliveryFailed, Problem
+from triage.relay.requests import END_USER, Answer, Feedback, ScoreIn
+from triage.relay.sinks import Sink
+from triage.relay.worker import Worker
+from triage.retry import Clock
+
+log = logging.getLogger("triage.relay")
+
+Mode = Literal["upsert", "create", "replace"]
+
+
+def relay_id(name: str, answer: str, author: str) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"relay:{name}:{answer}:{author}"))
+
+
+@dataclass
+class Written:
+    """A write's answer: the ids, and where the write is durable now."""
+
+    ids: list[str]
+    cleared: list[str]
+    where: Literal["store", "outbox", "langfuse"]
+
+    def body(self) -> dict[str, Any]:
+        return {"ids": self.ids, "cleared": self.cleared, "stored": self.where}
+
+
+def check_value(decl: DeclaredScore, value: Any) -> Any:
+    """The wire value of `value` for a score declared as `decl`; 422 when it does not fit."""
+    name, kind = decl.name, decl.data_type
+    if kind == "BOOLEAN":
+        if isinstance(value, bool) or value in (0, 1):
+            return 1 if value else 0
+        raise Problem(422, f"{name} is BOOLEAN: the value must be true/false or 1/0")
+    if kind == "NUMERIC":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise Problem(422, f"{name} is NUMERIC: the value must be a finite number")
+        if (decl.min is not None and value < decl.min) or (decl.max is not None and value > decl.max):
+            raise Problem(422, f"{name} must be within [{decl.min}, {decl.max}]")
+        return value
+    if not isinstance(value, str) or not value:
+        raise Problem(422, f"{name} is {kind}: the value must be a non-empty string")
+    if len(value) > decl.max_length:
+        raise Problem(422, f"{name} is at most {decl.max_length} characters")
+    if kind == "CATEGORICAL" and decl.categories and value not in decl.categories:
+        raise Problem(422, f"{name} must be one of {', '.join(decl.categories)}")
+    return value
+
+
+class Relay:
+    """One per process: the ledger, the sink, the worker (for an outbox-delivered sink), metrics."""
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        sink: Sink,
+        config: RelayConfig,
+        clock: Clock,
+        verdict_score: str = "verdict",
+        metrics: Metrics | None = None,
+        worker: Worker | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.sink = sink
+        self.config = config
+        self.clock = clock
+        self.verdict_score = verdict_score
+        self.metrics = metrics or Metrics()
+        self.worker = worker
+        #: field name -> score name (the verdict's name is the calibration config's)
+        self.names = {"verdict": verdict_score, **{f: f for f in VERDICT_FIELDS}}
+        self._depth: tuple[int, int, float | None] | None = None
+        self._undeclared: set[str] = set()
+        self._undeclared_sources: set[str] = set()
+        self._depth_at = 0.0
+
+    @staticmethod
+    def required_for(verdict_score: str) -> list[str]:
+        """The names the relay writes for people, which the `human` source must be allowed to write."""
+        return [VOTE_SCORE, verdict_score, *VERDICT_FIELDS]
+
+    def max_text(self) -> dict[str, int]:
+        return {f: d.max_length for f, n in self.names.items() if (d := self.config.declared(n)) is not None}
+
+    # -- running a request's work -------------------------------------------------------------
+
+    async def _run(
+        self, fn: Any, keys: list[tuple[str, str]]
+    ) -> tuple[Any, Literal["store", "outbox", "langfuse"]]:
+        pending, _, _ = self.outbox_depth(fresh=False)
+        if pending >= self.config.outbox_max:
+            raise Problem(
+                503, f"the outbox holds {pending} undelivered writes: try later", {"Retry-After": "30"}
+            )
+        try:
+            result, ops, durable = await self.ledger.run(fn, keys)
+        except LedgerDown as ex:
+            # the outbox is down: write straight through, or fail (502) when that fails too
+            tx = Tx(None, self._now)  # no ledger: every answer is new
+            result = fn(tx)
+            try:
+                failed = await asyncio.to_thread(self.sink.deliver, tx.ops)
+            except DeliveryFailed as down:
+                failed = {0: down}
+            if failed:
+                self.metrics.inc("relay_outcomes_total", outcome="failed")
+                raise Problem(
+                    502, f"not written: the outbox failed ({ex}) and so did {self.sink.name}"
+                ) from None
+            self.metrics.inc("relay_outcomes_total", outcome="direct")
+            return result, "store" if self.sink.inline else "langfuse"
+        if durable == "store":
+            self.metrics.inc("relay_outcomes_total", outcome="stored")
+            return result, "store"
+        if self.worker is not None and ops:
+            self.worker.notify()
+        self.metrics.inc("relay_outcomes_total", outcome="queued")
+        return result, "outbox"
+
+    def _now(self) -> float:
+        return self.clock.now().timestamp()
+
+    # -- building rows ------------------------------------------------------------------------
+
+    def _row(
+        self,
+        tx: Tx,
+        *,
+        name: str,
+        kind: str,
+        answer: Answer,
+        author: str,
+        value: Any,
+        data_type: str,
+        comment: str | None,
+        environment: str,
+        existing: Row | None,
+        now: str,
+    ) -> Row:
+        score_id = existing.id if existing else relay_id(name, answer.key, author)
+        timestamp = existing.timestamp if existing else now
+        metadata: dict[str, Any] = {"userId": author, "reviewer": author, "answer": answer.key}
+        if answer.session_id is not None:
+            metadata["sessionId"] = answer.session_id
+        if answer.turn is not None:
+            metadata["turn"] = answer.turn
+        body = {
+            "id": score_id,
+            "name": name,
+            "value": value,
+            "dataType": data_type,
+            **answer.subject(),
+            "comment": comment,
+            "metadata": metadata,
+            "environment": environment,
+            "source": "API",
+            "timestamp": timestamp,
+        }
+        return Row(
+            id=score_id,
+            answer=answer.key,
+            author=author,
+            name=name,
+            kind=kind,
+            trace_id=answer.trace_id,
+            session_id=answer.session_id,
+            turn=answer.turn,
+            timestamp=timestamp,
+            body=body,
+            updated_at=now,
+        )
+
+    def _declared(self, name: str) -> DeclaredScore:
+        decl = self.config.declared(name)
+        if decl is None:  # monitor mode lets the model leave out a name the relay writes
+            return DeclaredScore(name=name, data_type="BOOLEAN" if name == VOTE_SCORE else "TEXT")
+        return decl
+
+    # -- operations ------------------------------------------------------------------------------
+
+    async def feedback(self, req: Feedback, author: str, mode: Mode = "upsert") -> Written:
+        wanted: dict[str, tuple[str, Any, str | None]] = {}  # score name -> (kind, wire value, comment)
+        if req.value is not None:
+            wanted[VOTE_SCORE] = ("vote", check_value(self._declared(VOTE_SCORE), req.value), req.comment)
+        for field, text in (req.verdict or {}).items():
+            name = self.names[field]
+            wanted[name] = ("verdict", check_value(self._declared(name), text), None)
+
+        def work(tx: Tx) -> tuple[list[str], list[str]]:
+            now = iso_ms(self.clock.now())
+            existing = {r.name: r for r in tx.rows(req.answer.key, author)}
+            live = {n: r for n, r in existing.items() if r.body is not None}
+            if mode == "create" and live:
+                raise Problem(
+                    409, "this voter already has feedback on this answer (POST upserts; PUT replaces)"
+                )
+            if mode == "replace" and not live:
+                raise Problem(404, "this voter has no feedback on this answer to replace")
+            ids = []
+            for name, (kind, value, comment) in wanted.items():
+                row = self._row(
+                    tx,
+                    name=name,
+                    kind=kind,
+                    answer=req.answer,
+                    author=author,
+                    value=value,
+                    data_type=self._declared(name).data_type,
+                    comment=comment,
+                    environment=req.environment,
+                    existing=existing.get(name),
+                    now=now,
+                )
+                tx.put(row)
+                ids.append(row.id)
+            if mode == "replace":
+                clear = [r for n, r in live.items() if n not in wanted]
+            elif req.verdict is not None:  # the verdict is replaced whole: a field left out is cleared
+                clear = [r for n, r in live.items() if r.kind == "verdict" and n not in wanted]
+            else:
+                clear = []
+            for row in clear:
+                tx.retract(row, now)
+            return ids, [r.id for r in clear]
+
+        (ids, cleared), where = await self._run(work, [(req.answer.key, author)])
+        return Written(ids, cleared, where)
+
+    async def delete(self, answer: Answer, target: str) -> Written:
+        def work(tx: Tx) -> list[str]:
+            now = iso_ms(self.clock.now())
+            live = [r for r in tx.rows(answer.key, target) if r.body is not None]
+            if not live:
+                raise Problem(404, "no feedback of that author on this answer")
+            for row in live:
+                tx.retract(row, now)
+            return [r.id for r in live]
+
+        ids, where = await self._run(work, [(answer.key, target)])
+        return Written([], ids, where)
+
+    async def score(self, req: ScoreIn) -> Written:
+        if req.source == HUMAN:
+            raise Problem(422, "the human source writes through /api/feedback")
+        decl = self.config.declared(req.name)
+        if decl is None or not self.config.may_write(req.source, req.name):
+            what = "not declared" if decl is None else f"not declared for source {req.source!r}"
+            if self.config.mode == "enforce":
+                raise Problem(422, f"score {req.name!r} is {what} in the score model (enforce)")
+            # names come from clients: at most 100 distinct ones get a series of their own
+            seen = self._undeclared
+            name = req.name[:64] if req.name[:64] in seen or len(seen) < 100 else "(other)"
+            seen.add(name)
+            sources = self._undeclared_sources
+            source = req.source[:64] if req.source[:64] in sources or len(sources) < 20 else "(other)"
+            sources.add(source)
+            self.metrics.inc("relay_undeclared_scores_total", name=name, source=source)
+            log.info("undeclared score %r from %r accepted (monitor)", req.name, req.source,
+                     extra={"event": "undeclared_score"})  # fmt: skip
+            if decl is None:
+                inferred = (
+                    "BOOLEAN" if isinstance(req.value, bool)
+                    else "NUMERIC" if isinstance(req.value, int | float) else "CATEGORICAL"
+                )  # fmt: skip
+                decl = DeclaredScore(name=req.name, data_type=inferred)  # type: ignore[arg-type]
+        value = check_value(decl, req.value)
+        data_type = decl.data_type
+        author = f"source:{req.source}"
+
+        def work(tx: Tx) -> list[str]:
+            now = iso_ms(self.clock.now())
+            existing = next((r for r in tx.rows(req.answer.key, author) if r.name == req.name), None)
+            row = self._row(
+                tx,
+                name=req.name,
+                kind="score",
+                answer=req.answer,
+                author=author,
+                value=value,
+                data_type=data_type,
+                comment=req.comment,
+                environment=req.environment,
+                existing=existing,
+                now=now,
+            )
+            tx.put(row)
+            return [row.id]
+
+        ids, where = await self._run(work, [(req.answer.key, author)])
+        return Written(ids, [], where)
+
+    def listing(
+        self,
+        *,
+        trace_id: str | None = None,
+        session_id: str | None = None,
+        author: str | None = None,
+        verdict: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Feedback grouped by (answer, author). `verdict=negative` is the negative queue: it
+        includes false alarms, each shown with its own verdict."""
+        where, params = ["body IS NOT NULL"], []
+        for column, value in (("trace_id", trace_id), ("session_id", session_id), ("author", author)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if verdict is not None:
+            wanted = ["negative", "false_alarm"] if verdict == "negative" else [verdict]
+            marks = ", ".join("?" * len(wanted))
+            where.append(
+                "(answer, author) IN (SELECT answer, author FROM feedback WHERE name = ? AND body IS NOT NULL "
+                f"AND json_extract(body, '$.value') IN ({marks}))"
+            )
+            params += [self.verdict_score, *wanted]
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        fields = {v: k for k, v in self.names.items()}
+        for row in self.ledger.rows_where(" AND ".join(where), params):
+            item = groups.setdefault(
+                (row.answer, row.author),
+                {
+                    **Answer(row.trace_id, row.session_id, row.turn).public(),
+                    "author": row.author,
+                    "vote": None,
+                    "comment": None,
+                    **{f: None for f in self.names},
+                    "scores": {},
+                    "updatedAt": row.updated_at,
+                },
+            )
+            body = row.body or {}
+            if row.name == VOTE_SCORE:
+                item["vote"] = "up" if body.get("value") == 1 else "down"
+                item["comment"] = body.get("comment")
+            elif row.name in fields and row.kind == "verdict":
+                item[fields[row.name]] = body.get("value")
+            else:
+                item["scores"][row.name] = body.get("value")
+            item["updatedAt"] = max(item["updatedAt"], row.updated_at)
+        return list(groups.values())
+
+    def outbox_depth(self, fresh: bool = True) -> tuple[int, int, float | None]:
+        """(undelivered, set aside, oldest's age); for the write path, read at most every half second."""
+        now = self.clock.monotonic()
+        if fresh or self._depth is None or now - self._depth_at > 0.5:
+            self._depth, self._depth_at = self.ledger.depth(), now
+        return self._depth
+
+
+def end_user(subject: str | None) -> str:
+    return f"{END_USER}{subject}" if subject else f"{END_USER}anonymous"

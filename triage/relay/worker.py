@@ -1,0 +1,154 @@
+"""The delivery worker: takes due operations from the outbox in batches, delivers them, and backs
+off (exponentially, or as long as a 429's `Retry-After` asks) while the sink fails.
+
+`run_once` is one step (tests drive it in virtual time); `start` runs steps on a thread, waking
+when the writer enqueues something or the next retry is due.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+from triage.relay.ledger import Ledger
+from triage.relay.problems import DeliveryFailed
+from triage.relay.sinks import Sink
+from triage.retry import Clock
+
+log = logging.getLogger("triage.relay")
+
+
+class Worker:
+    def __init__(
+        self,
+        ledger: Ledger,
+        sink: Sink,
+        clock: Clock,
+        *,
+        batch_max: int = 500,
+        batch_wait: float = 0.25,
+        max_attempts: int = 20,
+        initial: float = 0.5,
+        maximum: float = 30.0,
+    ) -> None:
+        self.ledger = ledger
+        self.sink = sink
+        self.clock = clock
+        self.batch_max = batch_max
+        self.batch_wait = batch_wait
+        self.max_attempts = max_attempts
+        self.initial = initial
+        self.maximum = maximum
+        self.delivered = 0
+        self.failures = 0
+        self.dead = 0
+        self.last_error: str | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def backoff(self, attempts: int) -> float:
+        wait: float = self.initial * 2 ** min(attempts, 30) + random.uniform(0, self.initial)
+        return min(wait, self.maximum)
+
+    def run_once(self) -> int:
+        """Deliver one batch of due operations; how many were delivered."""
+        ops = self.ledger.call(lambda tx: Ledger.claim(tx, self.batch_max))
+        if not ops:
+            return 0
+        now = self.clock.now().timestamp()
+        try:
+            failed = self.sink.deliver(ops)
+        except DeliveryFailed as down:
+            failed = {op.seq: down for op in ops}
+        except Exception as ex:  # a bug in a sink must not stop delivery for good
+            log.exception("delivery crashed", extra={"event": "delivery_crash"})
+            failed = {op.seq: DeliveryFailed(f"{type(ex).__name__}: {ex}") for op in ops}
+        retry: dict[int, tuple[float, str]] = {}
+        dead: dict[int, str] = {}
+        for op in ops:
+            problem = failed.get(op.seq)
+            if problem is None:
+                continue
+            if not problem.retryable and op.attempts + 1 >= self.max_attempts:
+                dead[op.seq] = str(problem)
+            else:
+                wait = problem.wait if problem.wait is not None else self.backoff(op.attempts)
+                retry[op.seq] = (now + wait, str(problem))
+        done = [op.seq for op in ops if op.seq not in failed]
+        self.ledger.call(lambda tx: Ledger.settle(tx, done, retry, dead))
+        self.delivered += len(done)
+        self.dead += len(dead)
+        if failed:
+            self.failures += 1
+            self.last_error = str(next(iter(failed.values())))
+            log.warning(
+                "delivery to %s failed for %d of %d operations: %s (kept in the outbox)",
+                self.sink.name,
+                len(failed),
+                len(ops),
+                self.last_error,
+                extra={"event": "delivery_failed"},
+            )
+        else:
+            self.last_error = None
+        return len(done)
+
+    def drain(self, rounds: int = 1000) -> None:
+        """Deliver until nothing is due (tests, shutdown)."""
+        for _ in range(rounds):
+            if not self.run_once():
+                return
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="relay-delivery", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        checkpointed = self.clock.monotonic()
+        while not self._stop.is_set():
+            if self.clock.monotonic() - checkpointed >= 1.0:
+                checkpointed = self.clock.monotonic()
+                housekeeping = getattr(self.sink, "housekeeping", None)
+                try:
+                    if housekeeping is not None:
+                        housekeeping()  # the store's WAL checkpoint, off the request path
+                except Exception as ex:
+                    log.warning("store checkpoint failed: %s", ex, extra={"event": "checkpoint_failed"})
+            try:
+                wait = self.ledger.call(Ledger.due_in)
+            except Exception:  # the ledger is closing or failing: try again shortly
+                wait = 1.0
+            if wait is None or wait > 0:
+                self._wake.wait(timeout=min(wait if wait is not None else 1.0, 1.0))
+                self._wake.clear()
+                continue
+            if self.batch_wait:
+                self._stop.wait(self.batch_wait)  # let a batch fill: fewer requests per vote
+            try:
+                while self.run_once() >= self.batch_max and not self._stop.is_set():
+                    pass
+            except Exception:
+                log.exception("delivery step failed", extra={"event": "delivery_crash"})
+                self._stop.wait(1.0)
+
+    def stop(self, drain_seconds: float = 5.0) -> None:
+        """Stop the thread; first try for a while to deliver what is due (SIGTERM)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=drain_seconds + 35)
+        deadline = self.clock.monotonic() + drain_seconds
+        while self.clock.monotonic() < deadline:
+            try:
+                if not self.run_once():
+                    break
+            except Exception:
+                break
+
