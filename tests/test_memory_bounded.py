@@ -27,7 +27,8 @@ from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.doubles.openai_server import keyword_responder
 from tests.factories import NOW, trace_line
 from triage.config import load_config
-from triage.domain.records import Facts, Passage, ToolCall, Trace, Vote
+from triage.domain.outcome import Entry
+from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace, Vote
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
 from triage.judges.llm import replies
@@ -286,3 +287,14 @@ def test_signature_scores_are_written_a_batch_at_a_time() -> None:
     assert [len(batch) for batch in signature_batches] == [10, 10, 10, 5]
     assert result.signatures_written == traces
     assert len(source.written(config.scores.signature)) == traces
+
+
+def test_an_entry_held_until_the_run_ends_carries_no_per_instance_dict() -> None:
+    """Every entry of the window is held until the run ends (the report, the worklist)."""
+    entry = Entry(
+        trace_id="t1", layer=Layer.OK, component="katib", owners=[], reason="", question="", comments=[], url=None
+    )
+    assert not hasattr(entry, "__dict__") and not hasattr(entry.findings, "__dict__")
+    entry.signature = "sig-1"  # still filled in after the run (the worklist)
+    with pytest.raises(AttributeError):
+        entry.note = "x"  # type: ignore[attr-defined]
