@@ -120,7 +120,8 @@ def signature_batches(
 ) -> Iterator[list[ScoreWrite]]:
     """`signature_scores` a batch of at most `size` entries at a time (each batch made only when
     asked for), so that the scores to write, and their read-back, never grow with the window."""
-    for start in range(0, len(entries), max(1, size)):
-        writes = signature_scores(entries[start : start + size], worklist, config)
+    step = max(1, size)
+    for start in range(0, len(entries), step):
+        writes = signature_scores(entries[start : start + step], worklist, config)
         if writes:
             yield writes
