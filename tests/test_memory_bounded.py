@@ -11,6 +11,7 @@ replies of `tests.doubles.openai_server.keyword_responder` (no server, no sleep)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import weakref
 from collections.abc import Iterator, Mapping
@@ -21,11 +22,15 @@ import httpx
 import openai
 import pytest
 
-from tests.doubles.fakes import FakeSearcher, passage
+from tests.doubles.fakes import FakeJudge, FakeSearcher, FakeSource, passage
 from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.doubles.openai_server import keyword_responder
+from tests.factories import NOW, trace_line
 from triage.config import load_config
-from triage.domain.records import Facts, Passage, ToolCall, Trace, Vote
+from triage.domain.outcome import Entry
+from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace, Vote
+from triage.engine.options import RunOptions
+from triage.engine.run import Sources, run_feedback
 from triage.judges.llm import replies
 from triage.judges.llm.judge import LLMJudge
 from triage.judges.llm.usage import RecentUsage
@@ -247,3 +252,49 @@ def test_a_vote_held_until_its_trace_is_triaged_carries_no_per_instance_dict() -
     assert vote.is_thumbs_down
     with pytest.raises(ValueError):
         Vote(id="v2", value=0.0, timestamp=datetime.now(UTC), session_id="s1", turn=-1)
+
+
+def test_signature_scores_are_written_a_batch_at_a_time() -> None:
+    """The worklist's signature scores go out `batch_size` at a time, like the verdicts: each write
+    is confirmed by reading it back, and the whole window's scores with their read-back rows at
+    once grew with the window. Every trace still gets its signature score."""
+    traces = 35
+    rows = [
+        trace_line(
+            f"t{n:03d}",
+            f"How do I run more Katib trials in parallel, case {n}?",
+            "Set `parallelTrialCount` in the Experiment spec.",
+            [("search_kubeflow_docs", "https://www.kubeflow.org/docs/components/katib/", f"{TEXT} {n}")],
+        )
+        for n in range(traces)
+    ]
+    source = FakeSource.from_rows(rows)
+    judge = FakeJudge()
+    for _ in range(traces):
+        judge.enqueue({"retrieved_has_answer": True, "answer_grounded": True, "answer_declined": False})
+    config = load_config()
+    result = asyncio.run(
+        run_feedback(
+            sources=Sources.of(source),
+            judge=judge,
+            config=config,
+            options=RunOptions(now=NOW, concurrency=2, batch_size=10, progress_seconds=0.0, write=True),
+        )
+    )
+    signature_batches = [
+        batch for batch in source.write_batches if batch and batch[0].name == config.scores.signature
+    ]
+    assert [len(batch) for batch in signature_batches] == [10, 10, 10, 5]
+    assert result.signatures_written == traces
+    assert len(source.written(config.scores.signature)) == traces
+
+
+def test_an_entry_held_until_the_run_ends_carries_no_per_instance_dict() -> None:
+    """Every entry of the window is held until the run ends (the report, the worklist)."""
+    entry = Entry(
+        trace_id="t1", layer=Layer.OK, component="katib", owners=[], reason="", question="", comments=[], url=None
+    )
+    assert not hasattr(entry, "__dict__") and not hasattr(entry.findings, "__dict__")
+    entry.signature = "sig-1"  # still filled in after the run (the worklist)
+    with pytest.raises(AttributeError):
+        entry.note = "x"  # type: ignore[attr-defined]

@@ -38,7 +38,7 @@ class Shard:
         return int.from_bytes(digest[:8], "big") % self.count == self.index
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Findings:
     """What makes an entry actionable: where the answer was, what was searched, what was invented.
 
@@ -53,9 +53,10 @@ class Findings:
     decided: tuple[tuple[str, str, str], ...] = ()
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
-    """One triaged trace, as the report shows it."""
+    """One triaged trace, as the report shows it. Every entry of the window is held until the
+    run ends (the report, the worklist): a slotted record, no per-instance dict."""
 
     trace_id: str
     layer: Layer
@@ -74,7 +75,7 @@ class Entry:
     signature: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Skipped:
     """One thumbs-down that was not triaged, as the report shows it."""
 

@@ -33,7 +33,7 @@ from triage.engine.options import RunOptions, window
 from triage.engine.sessions import votes_by_trace
 from triage.engine.stream import Stream
 from triage.engine.verdicts import VerdictMaker
-from triage.engine.worklist import build_worklist, signature_scores
+from triage.engine.worklist import build_worklist, signature_batches
 from triage.errors import SourceError
 from triage.judges.heuristic import HeuristicJudge
 from triage.retry import Budget
@@ -194,18 +194,22 @@ async def _worklist(sources: Sources, result: RunResult, config: TriageConfig, o
         return
     if not options.write:
         return
-    writes = signature_scores(result.entries, result.worklist, config)
-    if not writes:
-        return
-    try:
-        outcome = await asyncio.to_thread(sources.scores.write_scores, writes)
-    except SourceError as ex:
-        outcome = WriteOutcome(failed={w.id: str(ex) for w in writes})
-    result.signatures_written = len(outcome.confirmed)
-    if outcome.failed:
+    # in batches of `batch_size`, as the verdicts are: every write is confirmed by reading it back,
+    # and the whole window's signature scores with their read-back rows at once grew with the window
+    confirmed = 0
+    failed: dict[str, str] = {}
+    for writes in signature_batches(result.entries, result.worklist, config, options.batch_size):
+        try:
+            outcome = await asyncio.to_thread(sources.scores.write_scores, writes)
+        except SourceError as ex:
+            outcome = WriteOutcome(failed={w.id: str(ex) for w in writes})
+        confirmed += len(outcome.confirmed)
+        failed.update(outcome.failed)
+    result.signatures_written = confirmed
+    if failed:
         # the verdicts stand; tomorrow's run reads tonight's signatures only where they landed
-        log.warning("%d signature scores not confirmed (a rerun writes them): %s", len(outcome.failed),
-                    next(iter(outcome.failed.values())), extra={"event": "signatures_not_written"})  # fmt: skip
+        log.warning("%d signature scores not confirmed (a rerun writes them): %s", len(failed),
+                    next(iter(failed.values())), extra={"event": "signatures_not_written"})  # fmt: skip
 
 
 async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: TriageConfig) -> set[str]:

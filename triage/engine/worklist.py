@@ -8,7 +8,7 @@ the embedded store answers for every night, and another tool can read the same.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 
 from triage.domain.config import TriageConfig
@@ -113,3 +113,15 @@ def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: Triag
             )
         )
     return out
+
+
+def signature_batches(
+    entries: Sequence[Entry], worklist: Worklist, config: TriageConfig, size: int
+) -> Iterator[list[ScoreWrite]]:
+    """`signature_scores` a batch of at most `size` entries at a time (each batch made only when
+    asked for), so that the scores to write, and their read-back, never grow with the window."""
+    step = max(1, size)
+    for start in range(0, len(entries), step):
+        writes = signature_scores(entries[start : start + step], worklist, config)
+        if writes:
+            yield writes

@@ -98,7 +98,9 @@ class ScoreReads:
         return votes
 
     def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
-        newest: dict[str, ScoreRow] = {}
+        # held as stored scores from the first read on, not as score rows (the worklist reads
+        # eight nights of signature scores: every row of them held twice over grew with the window)
+        newest: dict[str, tuple[tuple[datetime, datetime], StoredScore]] = {}
         for name in dict.fromkeys(names):
             for row in self.rows(
                 f"reading {name} scores",
@@ -107,9 +109,11 @@ class ScoreReads:
                 to_timestamp=as_utc(end),
                 fields="subject,details,annotation",
             ):
-                if newer(row, newest.get(row.id)):
-                    newest[row.id] = row
-        return sorted((to_stored(row) for row in newest.values()), key=lambda s: (s.timestamp, s.id))
+                held = newest.get(row.id)
+                order = _order(row)
+                if held is None or order > held[0]:
+                    newest[row.id] = (order, to_stored(row))
+        return sorted((stored for _, stored in newest.values()), key=lambda s: (s.timestamp, s.id))
 
     def triaged(self, trace_ids: Sequence[str], score_name: str, rule_version: str) -> set[str]:
         by_id = {score_id(t, score_name, rule_version): t for t in dict.fromkeys(trace_ids)}
