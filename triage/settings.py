@@ -12,6 +12,16 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: the settings that hold keys and tokens: stripped of a trailing newline, checked header-safe
+_KEYS = (
+    "langfuse_secret_key",
+    "openai_api_key",
+    "triage_mcp_token",
+    "langfuse_public_key",
+    "triage_relay_token",
+    "triage_relay_signing_key",
+)
+
 
 class Settings(BaseSettings):
     """Every environment variable triage reads. See the README's "Settings" table."""
@@ -62,28 +72,13 @@ class Settings(BaseSettings):
     job_completion_index: int | None = Field(default=None, ge=0)
     triage_shard_count: int | None = Field(default=None, ge=1)
 
-    @field_validator(
-        "langfuse_secret_key",
-        "openai_api_key",
-        "triage_mcp_token",
-        "langfuse_public_key",
-        "triage_relay_token",
-        "triage_relay_signing_key",
-        mode="before",
-    )
+    @field_validator(*_KEYS, mode="before")
     @classmethod
     def _strip(cls, value: object) -> object:
         # `kubectl create secret --from-file` keeps the file's trailing newline: a key never has one
         return value.strip() if isinstance(value, str) else value
 
-    @field_validator(
-        "langfuse_secret_key",
-        "openai_api_key",
-        "triage_mcp_token",
-        "langfuse_public_key",
-        "triage_relay_token",
-        "triage_relay_signing_key",
-    )
+    @field_validator(*_KEYS)
     @classmethod
     def _header_safe(cls, value: SecretStr | str | None) -> SecretStr | str | None:
         # keys travel in HTTP headers, which carry visible ASCII only; never echo the value

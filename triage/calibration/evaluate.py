@@ -31,7 +31,7 @@ from triage.domain.calibration import Decision, EvalMiss, EvalReport, EvalRun, L
 from triage.domain.config import TriageConfig
 from triage.domain.ownership import owners
 from triage.errors import UsageError
-from triage.sources.store import Store, vote_shift
+from triage.sources.store import Store, vote_shift, vote_span
 
 SPLITS_ALL = "all"
 MAX_ERROR_CHARS = 2000
@@ -102,14 +102,7 @@ def _unsearched(record: Mapping[str, Any] | None) -> bool:
 
 def _span_hours(traces: Path, shift: timedelta, now: datetime) -> float:
     """A window that holds every vote of the set once moved: back to the oldest, plus margin."""
-    oldest: datetime | None = None
-    for line in traces.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        for score in json.loads(line).get("scores") or []:
-            stamp = datetime.fromisoformat(str(score["timestamp"]).replace("Z", "+00:00")) + shift
-            oldest = stamp if oldest is None or stamp < oldest else oldest
-    assert oldest is not None  # vote_shift found a vote
+    oldest = vote_span(traces)[0] + shift
     return (now - oldest).total_seconds() / 3600 + 2
 
 

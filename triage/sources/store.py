@@ -83,18 +83,22 @@ def _as_raw(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
+def vote_span(traces_file: Path) -> tuple[datetime, datetime]:
+    """The oldest and the newest vote time of an import file."""
+    stamps = [
+        _parse_time(score.get("timestamp"), str(traces_file))
+        for line in traces_file.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+        for score in json.loads(line).get("scores") or []
+    ]
+    if not stamps:
+        raise InputError(f"{traces_file} holds no votes")
+    return min(stamps), max(stamps)
+
+
 def vote_shift(traces_file: Path, now: datetime, before: timedelta = timedelta(hours=1)) -> timedelta:
     """How far to move an import file so its newest vote lands `before` now (demo and eval data)."""
-    newest: datetime | None = None
-    for line in traces_file.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        for score in json.loads(line).get("scores") or []:
-            stamp = _parse_time(score.get("timestamp"), str(traces_file))
-            newest = stamp if newest is None or stamp > newest else newest
-    if newest is None:
-        raise InputError(f"{traces_file} holds no votes")
-    return (now - before) - newest
+    return (now - before) - vote_span(traces_file)[1]
 
 
 @dataclass
