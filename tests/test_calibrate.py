@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from tests.doubles.langfuse_server import LangfuseStandIn
 from tests.factories import trace_line
+from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
 from triage.calibration.agreement import agreement, cohen_kappa
 from triage.calibration.calibrate import calibrate
 from triage.calibration.decisions import decisions_from_facts_file, decisions_from_scores
@@ -256,21 +257,8 @@ def test_the_gate_exits_6_below_min_kappa_and_0_without_a_gate(tmp_path: Path) -
     assert missing.exit_code == ExitCode.USAGE
 
 
-@pytest.fixture(scope="module")
-def openapi() -> Any:
-    from tests.test_langfuse_spec import SPEC
-
-    if not SPEC.is_file():
-        pytest.skip(f"the Langfuse OpenAPI file is not here ({SPEC}); it ships in ../shared")
-    from openapi_core import Config, OpenAPI
-
-    return OpenAPI.from_file_path(str(SPEC), config=Config(spec_validator_cls=None))
-
-
 @pytest.mark.slow
-def test_calibrate_reads_annotation_scores_from_langfuse_end_to_end(openapi: Any) -> None:
-    from tests.test_langfuse_spec import validate
-
+def test_calibrate_reads_annotation_scores_from_langfuse_end_to_end(openapi: Any) -> None:  # noqa: F811
     now = datetime.now(UTC)
     katib = "https://www.kubeflow.org/docs/components/katib/experiment/"
     records = [

@@ -5,9 +5,7 @@ runs where ../shared/corpus is present."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.factories import trace_line
+from tests.test_evalset import ev
 from triage.cli import cli
 from triage.errors import ExitCode
 
@@ -105,19 +104,9 @@ def test_eval_refuses_a_folder_that_is_not_a_set_and_an_unknown_split(tmp_path: 
     assert unknown.exit_code == ExitCode.USAGE and "no label is in split 'holdout'" in unknown.output
 
 
-def _verifier() -> Any:
-    path = ROOT / "evals" / "kubeflow" / "verify.py"
-    spec = importlib.util.spec_from_file_location("evals_kubeflow_verify_eval", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_the_kubeflow_set_replays_to_every_layer_and_the_heuristic_is_measured(tmp_path: Path) -> None:
-    verify = _verifier()
+    verify = ev
     corpus = verify.DEFAULT_CORPUS
     if not (corpus / "kubeflow-docs" / "INDEX.jsonl").is_file():
         pytest.skip(f"the shared corpus is not here ({corpus}); it ships only beside the project's own checkout")

@@ -4,15 +4,14 @@ embedded store (the evaluation set, where ../shared/corpus is present), and the 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.test_evalset import ev
 from triage.config import load_config
 from triage.domain.outcome import RunResult
 from triage.domain.signatures import (
@@ -93,16 +92,6 @@ def test_statuses_follow_the_nights() -> None:
 # -- two nights of the evaluation set ----------------------------------------------------------
 
 
-def _verifier() -> Any:
-    path = ROOT / "evals" / "kubeflow" / "verify.py"
-    spec = importlib.util.spec_from_file_location("evals_kubeflow_verify_worklist", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _night(
     store: Store, cases: list[dict[str, Any]], corpus: Any, verify: Any, now: datetime, facts: Path
 ) -> RunResult:
@@ -123,7 +112,7 @@ def _night(
 
 @pytest.mark.slow
 def test_two_nights_keep_signature_ids_and_tell_new_recurring_and_resolved(tmp_path: Path) -> None:
-    verify = _verifier()
+    verify = ev
     if not (verify.DEFAULT_CORPUS / "kubeflow-docs" / "INDEX.jsonl").is_file():
         pytest.skip(f"the shared corpus is not here ({verify.DEFAULT_CORPUS}); it ships beside the project's checkout")
     corpus = verify.Corpus.load(verify.DEFAULT_CORPUS)
