@@ -22,6 +22,8 @@ from triage.search.index import Index
 from triage.search.local import LocalSearcher, Researcher
 from triage.sources.store import Store
 
+CONTAINMENT_FACTS = ("retrieved_has_answer", "index_has_answer", "answer_collection")
+
 
 def _norm(text: str) -> str:
     return " ".join(text.split()).lower()
@@ -104,7 +106,9 @@ async def figures(
             agent_searched=trace.searched, agent_searched_collections=sorted(trace.searched_collections)
         )
         cheap = await cheap_judge.judge(trace, research.get(case["id"]), case["comment"] or None, base)
-        for name, decided in CascadeJudge.settled(trace, cheap):
+        # a perfect model's call A returns the labelled containment facts
+        model = base.model_copy(update={k: truth[k] for k in CONTAINMENT_FACTS})
+        for name, decided in CascadeJudge.settled(trace, cheap, model):
             fired[name] += 1
             ok = all(truth[k] == v for k, v in decided.items())
             right[name] += ok

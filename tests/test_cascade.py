@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.doubles.openai_server import OpenAIServer
+from tests.doubles.openai_server import OpenAIServer, call_kind
 from tests.test_llm_judge import ANSWER, base_for, honest, make_judge, make_trace, research
 from triage.domain.records import Evidence, Facts, Layer, Passage, Trace, Usage
 from triage.domain.rule import decide
@@ -108,18 +108,42 @@ async def test_a_settled_miss_reads_no_grounding_fact_so_nothing_is_asked(
 
 
 @pytest.mark.anyio
-async def test_an_unsure_containment_asks_for_grounding_too_unless_both_are_sure(
+async def test_grounding_is_asked_after_call_a_only_where_the_models_path_reads_an_unsure_fact(
     server: OpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    """The model may take another branch of the rule than the heuristic did: every branch but a miss
-    reads both grounding facts, so they are asked unless both are `high`."""
+    """The model may take another branch of the rule than the heuristic did, so call B waits for
+    call A: the honest model finds the answer retrieved, the path reads both grounding facts, and
+    `answer_declined` is not `high`, so B is asked, after A."""
     miss = {"retrieved_has_answer": False, "index_has_answer": True, "answer_collection": "docs",
             "answer_grounded": True, "answer_declined": False}  # fmt: skip
     confidences = {**levels("low", "high"), "answer_declined": "medium"}
     cascade = CascadeJudge(Cheap(confidences, **miss), make_judge(client))
     trace = make_trace()
-    await cascade.judge(trace, research(), None, base_for(trace))
-    assert sorted(r.kind for r in server.requests) == ["containment", "grounding"]
+    facts = await cascade.judge(trace, research(), None, base_for(trace))
+    assert [r.kind for r in server.requests] == ["containment", "grounding"]  # in this order
+    assert cascade.routes["model"] == 1 and decide(facts) is Layer.OK
+    assert facts.evidence["answer_declined"].decided_by == cascade.model.name
+
+
+@pytest.mark.anyio
+async def test_a_miss_found_by_call_a_reads_no_grounding_fact_so_call_b_is_saved(
+    server: OpenAIServer, client: openai.AsyncOpenAI
+) -> None:
+    """The heuristic thinks the answer was retrieved, unsure; the model finds it only in the
+    re-search (a retrieval miss), whose path reads no grounding fact: one call, not two."""
+    def missed(body: dict[str, Any]) -> dict[str, Any]:
+        reply = honest(body)
+        if call_kind(body) == "containment":
+            reply["retrieved"] = {**reply["retrieved"], "verdict": "no_answer", "evidence": []}
+        return reply
+
+    server.responder = missed
+    cascade = CascadeJudge(Cheap(levels("medium", "low"), **OK_FACTS), make_judge(client))
+    trace = make_trace()
+    facts = await cascade.judge(trace, research(), None, base_for(trace))
+    assert [r.kind for r in server.requests] == ["containment"]
+    assert decide(facts) is Layer.RETRIEVAL and cascade.routes["containment"] == 1
+    assert facts.answer_grounded is None and "answer_grounded" not in facts.evidence  # an unsure guess, unread
 
 
 @pytest.mark.anyio
