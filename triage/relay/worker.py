@@ -121,6 +121,10 @@ class Worker:
                         housekeeping()  # the store's WAL checkpoint, off the request path
                 except Exception as ex:
                     log.warning("store checkpoint failed: %s", ex, extra={"event": "checkpoint_failed"})
+                try:
+                    self.ledger.checkpoint()  # and the ledger's
+                except Exception as ex:
+                    log.warning("ledger checkpoint failed: %s", ex, extra={"event": "checkpoint_failed"})
             try:
                 wait = self.ledger.call(Ledger.due_in)
             except Exception:  # the ledger is closing or failing: try again shortly
