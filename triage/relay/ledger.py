@@ -254,7 +254,21 @@ class Ledger:
         db.execute("PRAGMA journal_mode=WAL")
         # outbox mode: a commit is on disk before the client hears of it (inline mode: the store's is)
         db.execute("PRAGMA synchronous=NORMAL" if self.inline else "PRAGMA synchronous=FULL")
+        # no checkpoint inside a commit (once every ~1000 pages, 10-40 ms on this path, measured):
+        # the delivery worker runs `checkpoint` every second
+        db.execute("PRAGMA wal_autocheckpoint=0")
         return db
+
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log into the file without blocking the writer (the worker's
+        housekeeping, off the request path)."""
+        if self.path == ":memory:" or self.closed:
+            return
+        db = sqlite3.connect(self.path, timeout=1)
+        try:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            db.close()
 
     # -- the writer ------------------------------------------------------------------------------
 
@@ -386,9 +400,10 @@ class Ledger:
     async def run(
         self, fn: Callable[[Tx], T], keys: Sequence[tuple[str, str]] = ()
     ) -> tuple[T, list[Op], Where]:
-        """`submit` for the event loop's requests: the batch is prepared on the loop's own thread and
-        only the COMMIT (the fsync) and the store's write go to a thread, so the Python work never
-        waits for the GIL behind the HTTP side (a writer thread did, at every SQLite call)."""
+        """`submit` for the event loop's requests: the batch is prepared on the loop's own thread, so
+        the Python work never waits for the GIL behind the HTTP side (a writer thread did, at every
+        SQLite call). Into the embedded store the commits run here too; an outbox commit (fsynced)
+        goes to a thread."""
         if self.closed:
             raise Problem(503, "the relay is shutting down")
         loop = asyncio.get_running_loop()
@@ -413,7 +428,15 @@ class Ledger:
                             if not future.done():
                                 future.set_exception(LedgerDown(str(ex)))
                         continue
-                    where = await asyncio.to_thread(self._finish, outcomes)
+                    if self.inline and not self._backlog:
+                        # the ledger's commit does not wait for the disk (synchronous=NORMAL: the
+                        # store's commit makes the write durable) and the store's write is one
+                        # transaction with one fsync: run here, that costs less than handing it to
+                        # a thread, which waits for the GIL behind this loop at every SQLite call
+                        # (measured: 1,240/s against 1,030-1,140/s, and a tenth less CPU per vote)
+                        where = self._finish(outcomes)
+                    else:
+                        where = await asyncio.to_thread(self._finish, outcomes)  # an fsynced commit
                 finally:
                     self._conn_lock.release()
                 for (_, _, future), outcome in zip(batch, outcomes, strict=True):

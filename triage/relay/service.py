@@ -95,6 +95,11 @@ class Relay:
         self._undeclared: set[str] = set()
         self._undeclared_sources: set[str] = set()
         self._depth_at = 0.0
+        # the model is fixed for the process: look its names up once, not on every request
+        self._decls = {n: self._lookup(n) for n in (VOTE_SCORE, *self.names.values())}
+        self._max_text = {
+            f: d.max_length for f, n in self.names.items() if (d := self.config.declared(n)) is not None
+        }
 
     @staticmethod
     def required_for(verdict_score: str) -> list[str]:
@@ -102,7 +107,7 @@ class Relay:
         return [VOTE_SCORE, verdict_score, *VERDICT_FIELDS]
 
     def max_text(self) -> dict[str, int]:
-        return {f: d.max_length for f, n in self.names.items() if (d := self.config.declared(n)) is not None}
+        return self._max_text
 
     # -- running a request's work -------------------------------------------------------------
 
@@ -193,6 +198,10 @@ class Relay:
         )
 
     def _declared(self, name: str) -> DeclaredScore:
+        decl = self._decls.get(name)
+        return decl if decl is not None else self._lookup(name)
+
+    def _lookup(self, name: str) -> DeclaredScore:
         decl = self.config.declared(name)
         if decl is None:  # monitor mode lets the model leave out a name the relay writes
             return DeclaredScore(name=name, data_type="BOOLEAN" if name == VOTE_SCORE else "TEXT")

@@ -59,17 +59,11 @@ class StoreSink:
         store.use_wal()  # one fsync per batch: the relay's latency is mostly this commit
 
     def deliver(self, ops: Sequence[Op]) -> dict[int, DeliveryFailed]:
-        puts: list[dict[str, object]] = []
-        for op in ops:  # in order: a put then a delete of one id must end deleted
-            if op.op == "put" and op.body is not None:
-                puts.append(op.body)
-            else:
-                if puts:
-                    self.store.put_scores(puts)
-                    puts = []
-                self.store.delete_scores([op.score_id])
-        if puts:
-            self.store.put_scores(puts)
+        # in order (a put then a delete of one id must end deleted), in one transaction: one fsync
+        # per batch however its puts and deletes interleave
+        self.store.apply_score_ops(
+            [("put", op.body) if op.op == "put" and op.body is not None else ("delete", op.score_id) for op in ops]
+        )
         return {}
 
     def housekeeping(self) -> None:

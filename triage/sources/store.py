@@ -108,6 +108,16 @@ class ImportCounts:
     scores: int = 0
 
 
+_UPSERT_SCORE = (
+    "INSERT INTO scores (id, name, value, stringValue, dataType, traceId, sessionId, comment, "
+    "metadata, userId, timestamp, source, environment, createdAt, updatedAt) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET value = excluded.value, stringValue = excluded.stringValue, "
+    "dataType = excluded.dataType, comment = excluded.comment, metadata = excluded.metadata, "
+    "userId = excluded.userId, updatedAt = excluded.updatedAt"
+)
+
+
 class Store:
     """A SQLite file (or `:memory:`): a vote source, trace source and score sink (`Backend`)."""
 
@@ -487,36 +497,41 @@ class Store:
         As Langfuse does for the same id and timestamp: the value, comment and metadata are
         replaced; id, timestamp, subject and createdAt stay as first written. One transaction.
         """
-        now = iso(datetime.now(UTC))
-        rows = []
-        for body in bodies:
-            value = body.get("value")
-            number, text = (None, value) if isinstance(value, str) else (float(value or 0), None)
-            metadata = body.get("metadata") or {}
-            user = metadata.get("userId") if isinstance(metadata, dict) else None
-            stamp = _parse_time(body["timestamp"], "relay") if body.get("timestamp") else datetime.now(UTC)
-            rows.append(
-                (
-                    body["id"], body["name"], number, text, body.get("dataType"), body.get("traceId"),
-                    body.get("sessionId"), body.get("comment"), json.dumps(metadata), user, iso(stamp),
-                    body.get("source") or "API", body.get("environment") or "default", now, now,
-                )
-            )  # fmt: skip
-        with self._tx() as db:
-            db.executemany(
-                "INSERT INTO scores (id, name, value, stringValue, dataType, traceId, sessionId, comment, "
-                "metadata, userId, timestamp, source, environment, createdAt, updatedAt) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET value = excluded.value, stringValue = excluded.stringValue, "
-                "dataType = excluded.dataType, comment = excluded.comment, metadata = excluded.metadata, "
-                "userId = excluded.userId, updatedAt = excluded.updatedAt",
-                rows,
-            )
+        self.apply_score_ops([("put", body) for body in bodies])
 
     def delete_scores(self, ids: Sequence[str]) -> None:
         """Remove scores by id (a retracted vote or a verdict field left out); unknown ids are fine."""
+        self.apply_score_ops([("delete", i) for i in ids])
+
+    def apply_score_ops(self, ops: Sequence[tuple[str, Any]]) -> None:
+        """Puts (`("put", body)`, as `put_scores`) and deletes (`("delete", id)`) in this order,
+        in one transaction: one commit (one fsync in WAL mode) however they interleave."""
+        now = iso(datetime.now(UTC))
         with self._tx() as db:
-            db.executemany("DELETE FROM scores WHERE id = ?", [(i,) for i in ids])
+            puts: list[tuple[Any, ...]] = []
+            for kind, item in ops:
+                if kind == "put":
+                    puts.append(self._post_row(item, now))
+                    continue
+                if puts:
+                    db.executemany(_UPSERT_SCORE, puts)
+                    puts = []
+                db.execute("DELETE FROM scores WHERE id = ?", (item,))
+            if puts:
+                db.executemany(_UPSERT_SCORE, puts)
+
+    @staticmethod
+    def _post_row(body: dict[str, Any], now: str) -> tuple[Any, ...]:
+        value = body.get("value")
+        number, text = (None, value) if isinstance(value, str) else (float(value or 0), None)
+        metadata = body.get("metadata") or {}
+        user = metadata.get("userId") if isinstance(metadata, dict) else None
+        stamp = _parse_time(body["timestamp"], "relay") if body.get("timestamp") else datetime.now(UTC)
+        return (
+            body["id"], body["name"], number, text, body.get("dataType"), body.get("traceId"),
+            body.get("sessionId"), body.get("comment"), json.dumps(metadata), user, iso(stamp),
+            body.get("source") or "API", body.get("environment") or "default", now, now,
+        )  # fmt: skip
 
     # -- ScoreReader ----------------------------------------------------------------------------
 
