@@ -177,7 +177,7 @@ def test_containment_a_passage_elsewhere_titled_with_the_question_outranks_one_t
                        text="Open the dashboard and log in with the default user and password 12341234.")  # fmt: skip
     thread = Passage(id="S2", collection="issues", source_url="https://issues/2975",
                      title="How do I change the default user password?",
-                     text="Change the default user password of the dashboard: edit the dex Secret.")  # fmt: skip
+                     text="Change the default user password in the dashboard: edit the dex-passwords Secret.")  # fmt: skip
     found = cont.contain(q, "Log in with 12341234.", [], [mentions], [mentions, thread, *NOISE], answer_counts=True)
     assert found.titled is not None and found.titled.passage is thread
     assert found.outranked and not found.retrieved_holds and found.index_holds
