@@ -169,24 +169,6 @@ def test_containment_a_better_passage_elsewhere_outranks_a_weak_retrieved_one() 
     assert found.outranked and not found.retrieved_holds and found.index_holds
 
 
-def test_containment_a_passage_elsewhere_titled_with_the_question_outranks_one_that_mentions_it() -> None:
-    """The retrieved page mentions every word of the question (the default password); an issue
-    thread elsewhere asks the question itself: the retrieved passage does not hold the answer."""
-    q = "How do I change the default user password of the dashboard?"
-    mentions = Passage(id="R1", collection="docs", source_url="https://docs/access", title="Access > Port-forward",
-                       text="Open the dashboard and log in with the default user and password 12341234.")  # fmt: skip
-    thread = Passage(id="S2", collection="issues", source_url="https://issues/2975",
-                     title="How do I change the default user password?",
-                     text="Change the default user password in the dashboard: edit the dex-passwords Secret.")  # fmt: skip
-    found = cont.contain(q, "Log in with 12341234.", [], [mentions], [mentions, thread, *NOISE], answer_counts=True)
-    assert found.titled is not None and found.titled.passage is thread
-    assert found.outranked and not found.retrieved_holds and found.index_holds
-    # a retrieved title that is the question too: nothing is outranked by a title
-    asked = mentions.model_copy(update={"title": "Change the default user password"})
-    same = cont.contain(q, "Log in with 12341234.", [], [asked], [asked, thread, *NOISE], answer_counts=True)
-    assert same.titled is None
-
-
 def test_containment_a_decline_is_believed_at_moderate_coverage() -> None:
     q = "How do I set the defaults of min_trials_required for a Katib notebook quota?"
     believed = cont.contain(q, "", [], [PAGE], [PAGE, *NOISE], answer_counts=False, declined=True)

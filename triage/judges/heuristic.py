@@ -92,8 +92,6 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
     holder: Passage | None = None
     if retrieved and c.retrieved_best:
         holder = c.retrieved_best.passage
-    elif index and c.titled is not None and c.outranked:
-        holder = c.titled.passage  # the passage titled with the question is the one that answers
     elif index and c.researched:
         ranked = sorted(
             c.researched,
@@ -110,15 +108,9 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
             f"; best re-searched elsewhere {c.elsewhere_best.coverage:.2f} ({c.elsewhere_best.passage.id})"
         )
     if c.outranked:
-        r_note += (
-            f": a passage elsewhere titled with the question ({c.titled.passage.id})"
-            if c.titled is not None and c.titled.coverage >= (r_best.coverage if r_best else 0.0)
-            else ": a clearly better passage elsewhere"
-        )
+        r_note += ": a clearly better passage elsewhere"
     if not r_best:
         r_conf: Confidence = "high"
-    elif c.outranked and c.titled is not None and c.titled.coverage >= r_best.coverage:
-        r_conf = "medium"  # titles say what a passage is about, not that it answers
     elif c.outranked:
         r_conf = (
             _band(c.elsewhere_best.coverage - (r_best.coverage + cont.OUTRANK_MARGIN), 0.15, 0.05)

@@ -13,10 +13,7 @@ by how rare each need is among the trace's own passages:
   the passages' is evidence the passages answer; it adds to the best retrieved coverage.
 - **a better passage elsewhere**: the best re-searched passage from another page than any
   retrieved one, covering the question clearly better than the best retrieved passage, means the
-  agent's passages missed the answer (a retrieval or routing miss). So does a re-searched
-  passage from another page *titled* with the question (an issue thread asking it, a section
-  named after it) that covers it at least as well, where no retrieved title comes close: the
-  retrieved passages only mention the question's words.
+  agent's passages missed the answer (a retrieval or routing miss).
 """
 
 from __future__ import annotations
@@ -37,10 +34,6 @@ ANSWER_WEIGHT = 0.4
 INDEX_THRESHOLD = 0.55
 #: a declining agent read its passages and says the answer is not there: overruled only from here
 DECLINED_HOLD_THRESHOLD = 0.85
-#: a title holding this share of the question's terms is titled with the question
-TITLE_MATCH = 0.7
-#: ... and a retrieved title holding less than this share is not
-TITLE_MISS = 0.3
 
 
 def question_terms(question: str, tool_calls: Sequence[ToolCall]) -> set[str]:
@@ -81,8 +74,6 @@ class Containment:
     elsewhere_best: Scored | None  # the best re-searched passage from a page the agent did not retrieve
     researched_best: Scored | None
     declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
-    #: a re-searched passage from another page titled with the question, where no retrieved title is
-    titled: Scored | None = None
 
     @property
     def retrieved_score(self) -> float:
@@ -91,14 +82,11 @@ class Containment:
 
     @property
     def outranked(self) -> bool:
-        """A passage elsewhere titled with the question and covering it as well, or a clearly better
-        passage elsewhere where the best retrieved one does not cover the question by itself (it
-        leans on the answer's specifics: the answer may be grounded off target)."""
-        best = self.retrieved_best.coverage if self.retrieved_best else 0.0
-        if self.titled is not None and self.titled.coverage >= best:
-            return True
+        """A clearly better passage elsewhere, and the best retrieved one does not cover the question
+        by itself (it leans on the answer's specifics: the answer may be grounded off target)."""
         if self.elsewhere_best is None:
             return False
+        best = self.retrieved_best.coverage if self.retrieved_best else 0.0
         if best >= HOLD_THRESHOLD:
             return False
         return self.elsewhere_best.coverage >= max(best + OUTRANK_MARGIN, HOLD_THRESHOLD)
@@ -160,14 +148,6 @@ def contain(
         if not any(_same_passage(squash(s.passage.text), r) for r in r_texts)
         and not (s.passage.source_url and s.passage.source_url in urls)
     ]
-    def title_share(p: Passage) -> float:
-        return len(terms & word_set(p.title or "")) / len(terms) if terms else 0.0
-
-    titled = None
-    if max((title_share(p) for p in retrieved), default=0.0) < TITLE_MISS:
-        titled = max(
-            (s for s in elsewhere if title_share(s.passage) >= TITLE_MATCH), key=lambda s: s.coverage, default=None
-        )
     return Containment(
         retrieved=r_scored,
         researched=s_scored,
@@ -176,5 +156,4 @@ def contain(
         elsewhere_best=max(elsewhere, key=lambda s: s.coverage, default=None),
         researched_best=max(s_scored or [], key=lambda s: s.coverage, default=None),
         declined=declined,
-        titled=titled,
     )
