@@ -24,6 +24,7 @@ from triage.cli import cli
 from triage.domain.calibration import Decision, Label
 from triage.domain.config import CalibrationConfig
 from triage.domain.records import Facts, Layer, StoredScore
+from triage.domain.scores import score_id
 from triage.errors import ExitCode
 from triage.sinks.calibration import render_calibration
 
@@ -171,6 +172,24 @@ def test_decisions_prefer_the_current_rule_version_and_read_facts_from_metadata(
     path = _write(tmp_path / "facts.jsonl", [{"trace_id": "t2", **facts.model_dump(mode="json")}, "oops"])
     from_file, bad = decisions_from_facts_file(path)
     assert from_file["t2"].layer is Layer.RETRIEVAL and len(bad) == 1
+
+
+def test_a_persons_annotation_is_no_decision_and_current_only_reads_this_rule_versions_scores() -> None:
+    """One reader for calibrate, eval and queue: a reviewer's `triage_layer` annotation is a label,
+    not the job's decision; the queue reads only this rule version's scores, by the job's score id."""
+    when = datetime(2026, 12, 1, tzinfo=UTC)
+    rows = [
+        StoredScore(id="h", name="triage_layer", trace_id="t1", value="ok", timestamp=when, source="ANNOTATION"),
+        StoredScore(id=score_id("t2", "triage_layer", "0"), name="triage_layer", trace_id="t2", value="ok",
+                    timestamp=when, metadata={"rule_version": "0"}),
+        StoredScore(id=score_id("t3", "triage_layer", "1"), name="triage_layer", trace_id="t3",
+                    value="retrieval", timestamp=when, metadata={"rule_version": "1"}),
+        StoredScore(id=score_id("t4", "triage_layer", "1"), name="triage_layer", trace_id="t4",
+                    value="sideways", timestamp=when, metadata={"rule_version": "1"}),
+    ]  # fmt: skip
+    assert set(decisions_from_scores(rows, "triage_layer", "1")) == {"t2", "t3", "t4"}
+    current = decisions_from_scores(rows, "triage_layer", "1", current_only=True)
+    assert set(current) == {"t3"} and current["t3"].timestamp == when
 
 
 def _decision(trace: str, layer: Layer | None, confidence: str = "high", **facts: Any) -> Decision:

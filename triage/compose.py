@@ -165,7 +165,7 @@ def queue(settings: Settings, config: TriageConfig, options: QueueOptions) -> Qu
         if not isinstance(backend, LangfuseBackend):  # cannot happen: uses_langfuse opens Langfuse
             raise ConfigError("triage queue needs Langfuse")
         annotations = backend.annotations()
-        result = run_queue(port=annotations, decisions=annotations, config=config, options=options)
+        result = run_queue(port=annotations, scores=backend, config=config, options=options)
         result.requests = backend.stats.requests
         return result
 

@@ -11,8 +11,9 @@ from pydantic import ValidationError
 
 from triage.domain.calibration import BadLabel, Decision
 from triage.domain.confidence import verdict_confidence
-from triage.domain.records import Facts, Layer, StoredScore
+from triage.domain.records import Facts, Layer, StoredScore, is_the_jobs
 from triage.domain.rule import Undetermined, decide
+from triage.domain.scores import score_id
 from triage.errors import InputError
 
 _NOT_FACTS = {"trace_id", "judge", "prompt_version"}
@@ -34,8 +35,13 @@ def decisions_from_scores(
     rule_version: str,
     issues_collection: str = "issues",
     component_score: str | None = None,
+    *,
+    current_only: bool = False,
 ) -> dict[str, Decision]:
-    """One decision per trace from its layer scores: this rule version's where there is one, else the newest.
+    """One decision per trace from the job's layer scores (people's annotations under the same
+    name are not decisions): this rule version's where there is one, else the newest. With
+    `current_only`, this rule version's only (the score id the job gives it), and a score whose
+    value is not a layer is no decision.
 
     With `component_score`, the component comes from that score (same choice of row)."""
     best: dict[str, StoredScore] = {}
@@ -48,6 +54,10 @@ def decisions_from_scores(
     for score in scores:
         if score.trace_id is None or score.name not in (layer_score, component_score):
             continue
+        if not is_the_jobs(score):
+            continue
+        if current_only and score.id != score_id(score.trace_id, score.name, rule_version):
+            continue
         chosen = best if score.name == layer_score else components
         held = chosen.get(score.trace_id)
         if held is None or rank(score) > rank(held):
@@ -57,6 +67,8 @@ def decisions_from_scores(
         meta = score.metadata if isinstance(score.metadata, dict) else {}
         facts = _facts(meta.get("facts"))
         layer = Layer(score.value) if score.value in _LAYERS else None
+        if layer is None and current_only:
+            continue
         component = components.get(trace_id)
         owners = meta.get("owners")
         out[trace_id] = Decision(
@@ -67,6 +79,7 @@ def decisions_from_scores(
             judge=meta.get("judge") if isinstance(meta.get("judge"), str) else None,
             component=component.value if component is not None and isinstance(component.value, str) else None,
             owners=[str(o) for o in owners] if isinstance(owners, list) else [],
+            timestamp=score.timestamp,
         )
     return out
 

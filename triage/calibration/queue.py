@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from triage.calibration.decisions import decisions_from_scores
+from triage.domain.calibration import Decision
 from triage.domain.confidence import verdict_confidence
 from triage.domain.config import CalibrationConfig, TriageConfig
+from triage.domain.ports import ScoreReader
 from triage.domain.records import Layer
 from triage.domain.review import (
     AnnotationPort,
     Category,
-    Decision,
-    DecisionSource,
     ReviewQueue,
     ScoreConfig,
     ScoreConfigSpec,
@@ -269,7 +270,8 @@ def choose(
     facts could not be read. Pure and deterministic."""
     by_layer: dict[Layer, list[Decision]] = {layer: [] for layer in Layer}
     for decision in decisions:
-        by_layer[decision.layer].append(decision)
+        if decision.layer is not None:  # the queue reads only verdicts with a layer
+            by_layer[decision.layer].append(decision)
     counts = {layer: LayerCount() for layer in Layer}
     picks: list[Pick] = []
     unreadable = 0
@@ -300,7 +302,7 @@ def choose(
 def run_queue(
     *,
     port: AnnotationPort,
-    decisions: DecisionSource,
+    scores: ScoreReader,
     config: TriageConfig,
     options: QueueOptions,
 ) -> QueueResult:
@@ -319,7 +321,15 @@ def run_queue(
     )
     result.queue_id = queue.id if queue else None
 
-    found = decisions.decisions(config.scores.layer, config.rule_version, start, end)
+    layer_score = config.scores.layer
+    read = decisions_from_scores(
+        scores.scores([layer_score], start, end),
+        layer_score,
+        config.rule_version,
+        config.agent.issues_collection,
+        current_only=True,
+    )
+    found = [read[trace_id] for trace_id in sorted(read)]
     result.verdicts = len(found)
     queued: set[str] = set()
     if queue is not None:

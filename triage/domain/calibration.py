@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -55,6 +56,8 @@ class Decision(_Record):
     url: str | None = None
     component: str | None = None
     owners: list[str] = Field(default_factory=list)
+    #: the score's timestamp (the trace's start), where the decision came from a score
+    timestamp: datetime | None = None
 
 
 class BadLabel(_Record):

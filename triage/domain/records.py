@@ -323,3 +323,8 @@ class StoredScore(_Own):
     author: str | None = None
     source: str | None = None
     timestamp: datetime
+
+
+def is_the_jobs(score: StoredScore) -> bool:
+    """The job's own score, not a person's annotation under the same name (Langfuse's `source`)."""
+    return (score.source or "API").upper() != "ANNOTATION"

@@ -1,5 +1,6 @@
-"""Human review: score configs, an annotation queue and its items, and the job's decisions as a
-queue sees them; the port `triage queue` talks to (Langfuse's annotation queues).
+"""Human review: score configs, an annotation queue and its items; the port `triage queue` talks
+to (Langfuse's annotation queues). The job's decisions are `triage.domain.calibration.Decision`,
+read by `triage.calibration.decisions` for calibrate, eval and queue alike.
 
 Pure records and the port; the sampling is in `triage.calibration.queue`, the Langfuse calls in
 `triage.sources.langfuse.annotations`.
@@ -9,12 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from triage.domain.records import Facts, Layer
 
 ConfigDataType = Literal["CATEGORICAL", "BOOLEAN", "NUMERIC", "TEXT"]
 ObjectType = Literal["TRACE", "OBSERVATION", "SESSION"]
@@ -82,16 +80,6 @@ class QueueItem(_Record):
     status: str
 
 
-class Decision(_Record):
-    """One of the job's verdicts, as its `triage_layer` score holds it."""
-
-    trace_id: str
-    layer: Layer
-    #: the facts of the score's metadata; None when they cannot be read
-    facts: Facts | None = None
-    timestamp: datetime | None = None
-
-
 class AnnotationPort(Protocol):
     """Score configs and annotation queues (Langfuse). Raise `LangfuseError`, or `ConfigError`
     for refused credentials."""
@@ -122,8 +110,3 @@ class AnnotationPort(Protocol):
         ...
 
 
-class DecisionSource(Protocol):
-    def decisions(self, score_name: str, rule_version: str, start: datetime, end: datetime) -> list[Decision]:
-        """The job's decisions under `rule_version` whose score timestamp (the trace's start) is in
-        [start, end), one per trace."""
-        ...

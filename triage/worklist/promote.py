@@ -42,7 +42,7 @@ from triage.domain.datasets import (
     regression_item_id,
 )
 from triage.domain.ports import ScoreReader, TraceSource
-from triage.domain.records import Facts, Layer, StoredScore, Trace, UnreadableTrace
+from triage.domain.records import Facts, Layer, StoredScore, Trace, UnreadableTrace, is_the_jobs
 from triage.errors import InputError
 from triage.reading.trace import parse_raw, read_trace
 
@@ -137,11 +137,6 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _is_judge(score: StoredScore) -> bool:
-    """The job's own scores, not a person's annotation with the same name (Langfuse's `source`)."""
-    return (score.source or "API").upper() != "ANNOTATION"
-
-
 def _gather(
     scores: Sequence[StoredScore], config: TriageConfig, names: ReviewNames
 ) -> tuple[dict[str, _Triage], dict[str, list[_Review]]]:
@@ -157,7 +152,7 @@ def _gather(
     for score in sorted(scores, key=lambda s: (s.timestamp, s.id)):
         if score.trace_id is None:
             continue
-        if score.name in slots and _is_judge(score):
+        if score.name in slots and is_the_jobs(score):
             held = triage[score.trace_id]
             slot = slots[score.name]
             current = getattr(held, slot)

@@ -1,4 +1,4 @@
-"""Score configs, annotation queues and their items, and the job's decisions (`triage queue`).
+"""Score configs, annotation queues and their items (`triage queue`).
 
 Page-numbered listings (`page`, `limit` at most 100, `meta.totalPages`), unlike the cursor-paged
 score and observation reads. Two Langfuse behaviours shape the writes:
@@ -14,28 +14,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
 import pydantic
 
-from triage.domain.records import Facts, Layer
 from triage.domain.review import (
     Category,
-    Decision,
     ObjectType,
     QueueItem,
     ReviewQueue,
     ScoreConfig,
     ScoreConfigSpec,
 )
-from triage.domain.scores import score_id
 from triage.errors import LangfuseError
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail
-from triage.sources.langfuse.scores import ScoreReads
-from triage.sources.langfuse.wire import ScoreRow, as_utc, newer
 
 log = logging.getLogger("triage.sources.langfuse")
 
@@ -140,31 +134,11 @@ def config_body(spec: ScoreConfigSpec) -> dict[str, Any]:
     return body
 
 
-def to_decision(row: ScoreRow, score_name: str, rule_version: str) -> Decision | None:
-    """A `triage_layer` score row as a decision; None for a row that is not one of the job's
-    verdicts under `rule_version` (another rule version, a human's score, not on a trace)."""
-    subject = row.subject or {}
-    trace_id = subject.get("id") if subject.get("kind") == "trace" else None
-    if not isinstance(trace_id, str) or row.id != score_id(trace_id, score_name, rule_version):
-        return None
-    try:
-        layer = Layer(str(row.value))
-    except ValueError:
-        return None
-    metadata = row.metadata if isinstance(row.metadata, dict) else {}
-    try:
-        facts: Facts | None = Facts.model_validate(metadata.get("facts"))
-    except pydantic.ValidationError:
-        facts = None
-    return Decision(trace_id=trace_id, layer=layer, facts=facts, timestamp=as_utc(row.timestamp))
-
-
 class LangfuseAnnotations:
-    """`AnnotationPort` and `DecisionSource` on Langfuse's public API (`triage.domain.review`)."""
+    """`AnnotationPort` on Langfuse's public API (`triage.domain.review`)."""
 
-    def __init__(self, http: LangfuseHttp, scores: ScoreReads) -> None:
+    def __init__(self, http: LangfuseHttp) -> None:
         self.http = http
-        self.scores = scores
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -203,25 +177,6 @@ class LangfuseAnnotations:
         for row in self._rows("reading the annotation queue's items", path, Page[QueueItemRow]):
             items[row.id] = _item(row)  # offset paging repeats a row when items are added meanwhile
         return list(items.values())
-
-    def decisions(self, score_name: str, rule_version: str, start: datetime, end: datetime) -> list[Decision]:
-        newest: dict[str, ScoreRow] = {}
-        for row in self.scores.rows(
-            "reading the job's decisions",
-            name=score_name,
-            source="API",
-            from_timestamp=as_utc(start),
-            to_timestamp=as_utc(end),
-            fields="details,subject",
-        ):
-            if newer(row, newest.get(row.id)):
-                newest[row.id] = row
-        found: dict[str, Decision] = {}
-        for row in newest.values():
-            decision = to_decision(row, score_name, rule_version)
-            if decision is not None:
-                found[decision.trace_id] = decision
-        return [found[t] for t in sorted(found)]
 
     # -- writes ---------------------------------------------------------------------------------
 

@@ -105,7 +105,7 @@ class LangfuseBackend:
 
     def annotations(self) -> LangfuseAnnotations:
         """Score configs, annotation queues and the job's decisions, on the same client (`triage queue`)."""
-        return LangfuseAnnotations(self._http, self._scores)
+        return LangfuseAnnotations(self._http)
 
     # -- VoteSource -----------------------------------------------------------------------------
 
