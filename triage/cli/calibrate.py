@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from triage import logs
-from triage.cli.common import config_for, handle_errors, load_settings, writable_file
+from triage.cli.common import (
+    config_for,
+    config_option,
+    format_option,
+    handle_errors,
+    load_settings,
+    output_option,
+)
 from triage.errors import ExitCode
 
 
@@ -35,18 +42,10 @@ from triage.errors import ExitCode
     type=click.FloatRange(-1, 1),
     help="Trust gate: exit 6 when the layer kappa's 95% lower bound is below this (or undefined).",
 )
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    callback=lambda ctx, param, value: writable_file(value, "--output"),
-    help="Write the report to this file instead of standard output.",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Configuration file (TOML): score names, [calibration]. Default: TRIAGE_CONFIG, else the built-in defaults.",
+@format_option("markdown", "json")
+@output_option()
+@config_option(
+    "Configuration file (TOML): score names, [calibration]. Default: TRIAGE_CONFIG, else the built-in defaults."
 )
 @handle_errors
 def calibrate(

@@ -172,6 +172,30 @@ def writable_folder(path: Path | None, option: str) -> Path | None:
     return path
 
 
+def config_option(help: str = "Configuration file.") -> Callable[[F], F]:
+    """`--config FILE` (into `config_path`): the TOML file `config_for` reads; each command says
+    which of its tables it uses."""
+    return click.option(
+        "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), help=help
+    )
+
+
+def output_option(help: str = "Write the report to this file instead of standard output.") -> Callable[[F], F]:
+    """`--output FILE`, checked before the command runs: a folder that is missing fails at once,
+    not after the work is done."""
+    return click.option(
+        "--output",
+        type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        callback=lambda ctx, param, value: writable_file(value, "--output"),
+        help=help,
+    )
+
+
+def format_option(*choices: str) -> Callable[[F], F]:
+    """`--format` (into `fmt`), the first choice the default."""
+    return click.option("--format", "fmt", type=click.Choice(list(choices)), default=choices[0], show_default=True)
+
+
 report_options = [
     click.option("--report", is_flag=True, help="Print the Markdown report to standard output."),
     click.option(
@@ -190,5 +214,3 @@ def with_options(options: list[Callable[[F], F]]) -> Callable[[F], F]:
         return func
 
     return apply
-
-

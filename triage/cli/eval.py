@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from triage import logs
-from triage.cli.common import config_for, handle_errors, load_settings, writable_file
+from triage.cli.common import (
+    config_for,
+    config_option,
+    format_option,
+    handle_errors,
+    load_settings,
+    output_option,
+)
 from triage.errors import ExitCode
 
 
@@ -23,24 +30,14 @@ from triage.errors import ExitCode
 )
 @click.option("--split", help="Only the labels of this split (for example dev or test). Default: each, and all.")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True, help="Traces judged at once.")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    callback=lambda ctx, param, value: writable_file(value, "--output"),
-    help="Write the report to this file instead of standard output.",
-)
+@format_option("markdown", "json")
+@output_option()
 @click.option(
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep each judge's store, facts file, summary and log in this folder.",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Configuration file. Default: the set's triage.toml, else TRIAGE_CONFIG, else the built-in defaults.",
-)
+@config_option("Configuration file. Default: the set's triage.toml, else TRIAGE_CONFIG, else the built-in defaults.")
 @handle_errors
 def eval_(
     set_dir: Path,

@@ -9,6 +9,7 @@ import click
 from triage import logs
 from triage.cli.common import (
     config_for,
+    config_option,
     finish,
     handle_errors,
     limit_heap_fragmentation,
@@ -63,12 +64,7 @@ def finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     type=click.Choice(["text", "json"]),
     help="Log line format on stderr. Default: TRIAGE_LOG_FORMAT.",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Configuration file (TOML). Default: TRIAGE_CONFIG, else the built-in Kubeflow defaults.",
-)
+@config_option("Configuration file (TOML). Default: TRIAGE_CONFIG, else the built-in Kubeflow defaults.")
 @click.option(
     "--facts-file",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),

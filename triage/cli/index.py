@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from triage import logs
-from triage.cli.common import config_for, handle_errors, load_settings
+from triage.cli.common import config_for, config_option, handle_errors, load_settings
 from triage.domain.config import IndexFolder, TriageConfig
 
 log = logging.getLogger("triage")
@@ -45,12 +45,7 @@ def _folders(values: tuple[str, ...], config: TriageConfig) -> list[IndexFolder]
     metavar="COLLECTION=PATH",
     help="A folder to serve as a collection (repeatable). Default: the config's [[index]], else the demo index.",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Configuration file.",
-)
+@config_option("Configuration file.")
 @handle_errors
 def serve(host: str, port: int, stdio: bool, folders: tuple[str, ...], config_path: Path | None) -> None:
     """Serve the index as an MCP server with the docs agent's search tools (HTTP at /mcp, or stdio)."""

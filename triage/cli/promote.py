@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from triage import logs
-from triage.cli.common import config_for, handle_errors, load_settings, writable_file
+from triage.cli.common import (
+    config_for,
+    config_option,
+    format_option,
+    handle_errors,
+    load_settings,
+    writable_file,
+)
 from triage.domain.records import Layer
 
 
@@ -51,13 +58,8 @@ from triage.domain.records import Layer
     help="Upsert the cases into this JSONL file instead of the dataset (Langfuse or the embedded store).",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be created or updated; write nothing.")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Configuration file (TOML): score names, tools. Default: TRIAGE_CONFIG, else the built-in defaults.",
-)
+@format_option("markdown", "json")
+@config_option("Configuration file (TOML): score names, tools. Default: TRIAGE_CONFIG, else the built-in defaults.")
 @handle_errors
 def promote(
     dataset: str,

@@ -8,7 +8,7 @@ import click
 
 from triage import logs
 from triage.calibration.queue import QueueOptions
-from triage.cli.common import config_for, handle_errors, load_settings
+from triage.cli.common import config_for, config_option, handle_errors, load_settings
 from triage.cli.feedback import MAX_SINCE_HOURS, finite
 
 
@@ -34,12 +34,7 @@ from triage.cli.feedback import MAX_SINCE_HOURS, finite
     type=click.Choice(["text", "json"]),
     help="Log line format on stderr. Default: TRIAGE_LOG_FORMAT.",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Configuration file (TOML). Default: TRIAGE_CONFIG, else the built-in Kubeflow defaults.",
-)
+@config_option("Configuration file (TOML). Default: TRIAGE_CONFIG, else the built-in Kubeflow defaults.")
 @handle_errors
 def queue(
     since_hours: float, per_layer: int, dry_run: bool, log_format: str | None, config_path: Path | None

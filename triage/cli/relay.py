@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from triage import logs
-from triage.cli.common import config_for, handle_errors, load_settings
+from triage.cli.common import config_for, config_option, handle_errors, load_settings
 from triage.errors import ConfigError
 
 
@@ -16,12 +16,7 @@ from triage.errors import ConfigError
 @click.option(
     "--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Port to listen on."
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Configuration file (TOML; its [relay] table declares the score model). Default: TRIAGE_CONFIG.",
-)
+@config_option("Configuration file (TOML; its [relay] table declares the score model). Default: TRIAGE_CONFIG.")
 @click.option(
     "--outbox",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from triage import logs
-from triage.cli.common import config_for, handle_errors, load_settings, writable_file
+from triage.cli.common import (
+    config_for,
+    config_option,
+    format_option,
+    handle_errors,
+    load_settings,
+    output_option,
+)
 from triage.domain.conversations import FILTERS
 
 
@@ -28,19 +35,9 @@ from triage.domain.conversations import FILTERS
     show_default=True,
     help="Conversations with a trace started or a vote cast in this window (up to now).",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    callback=lambda ctx, param, value: writable_file(value, "--output"),
-    help="Write to this file instead of standard output.",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Configuration file (TOML): the vote score's name. Default: TRIAGE_CONFIG, else the built-in defaults.",
-)
+@format_option("table", "json", "csv")
+@output_option("Write to this file instead of standard output.")
+@config_option("Configuration file (TOML): the vote score's name. Default: TRIAGE_CONFIG, else the built-in defaults.")
 @handle_errors
 def votes(filter_: str, since_hours: float, fmt: str, output: Path | None, config_path: Path | None) -> None:
     """List conversations with their votes (up, down, with notes, traces), filtered by feedback."""
