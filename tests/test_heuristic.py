@@ -12,6 +12,7 @@ from triage.judges.heuristic import HeuristicJudge
 from triage.judges.offline import containment as cont
 from triage.judges.offline.declines import declines
 from triage.judges.offline.grounding import (
+    Grounding,
     answer_text,
     arithmetic,
     check,
@@ -190,3 +191,24 @@ async def test_the_judge_states_a_confidence_for_every_fact() -> None:
     assert decide(facts).value == "ok"
     for name in ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined"):
         assert facts.evidence[name].confidence in ("high", "medium", "low")
+
+
+def _grounding_confidence(grounding: Grounding) -> str | None:
+    from triage.judges.heuristic import Signals, _grounding_evidence
+
+    found = cont.contain("q", "", [], [PAGE], [], answer_counts=False)
+    return _grounding_evidence(Signals(found, grounding, False, [])).confidence
+
+
+def test_unseen_specifics_are_a_sure_miss_only_where_another_signal_agrees() -> None:
+    """Two harmless unseen tokens (a port, a protocol name) in an answer whose words are the
+    passages' are not enough for `high`: the cascade asks the model. Weak prose, many unseen
+    specifics, or an invisible character inside a word are."""
+    two = ["9090", "gRPC"]
+    assert _grounding_confidence(Grounding(unsupported=two, checked=5, prose_support=0.95)) == "medium"
+    assert _grounding_confidence(Grounding(unsupported=two, checked=5, prose_support=None)) == "medium"
+    assert _grounding_confidence(Grounding(unsupported=two, checked=5, prose_support=0.4)) == "high"
+    many = ["timeoutSeconds", "maxFailedTrialCount", "primaryContainerName", "dataCache"]
+    assert _grounding_confidence(Grounding(unsupported=many, checked=6, prose_support=0.9)) == "high"
+    mark = ["kubectl (with an invisible character)"]
+    assert _grounding_confidence(Grounding(unsupported=mark, checked=2, prose_support=1.0, invisible=mark)) == "high"

@@ -155,10 +155,16 @@ def _grounding_evidence(sig: Signals) -> Evidence:
     if g.empty:
         return Evidence(confidence="high", note="no answer")
     if g.unsupported:
-        strong = any(not s.isdigit() for s in g.unsupported)
+        # high only where two signals agree: a harmless unseen token or two (a role name, a port
+        # the agent knows) is common in a faithful answer, so unseen specifics alone say `high` only
+        # when there are many, or when the prose is not the passages' either; an invisible
+        # character inside a word is a defect by itself
+        words = [s for s in g.unsupported if not s.isdigit()]
+        corroborated = prose is not None and prose < PROSE_THRESHOLD
+        sure = bool(g.invisible) or len(words) >= 4 or (len(words) >= 1 and len(g.unsupported) >= 2 and corroborated)
         return Evidence(
             quotes=g.unsupported[:5],
-            confidence="high" if strong and len(g.unsupported) >= 2 else "medium",
+            confidence="high" if sure else "medium",
             note=f"{len(g.unsupported)} of {g.checked} specifics seen nowhere by the agent{prose_note}",
         )
     if g.contradictions:

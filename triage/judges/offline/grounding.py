@@ -94,6 +94,8 @@ class Grounding:
     #: the share of the answer's content words (declining sentences and the question's words left
     #: out) found in what the agent saw; None when the answer has too few to tell
     prose_support: float | None = None
+    #: the answer's words with an invisible character inside (also among `unsupported`)
+    invisible: list[str] = field(default_factory=list)
 
     @property
     def grounded(self) -> bool:
@@ -250,8 +252,9 @@ def check(answer: str, seen: Sequence[str], passages: Sequence[str], question: s
         return Grounding(empty=True)
     text = answer_text(answer)
     missing, checked = unsupported_specifics(text, seen, question)
-    missing = invisible_marks(text) + missing
+    marks = invisible_marks(text)
     contradictions = value_contradictions(text, passages, seen) + negation_contradictions(
         text, passages, question
     )
-    return Grounding(missing, contradictions, checked, prose_support=prose_support(text, seen, question))
+    prose = prose_support(text, seen, question)
+    return Grounding(marks + missing, contradictions, checked, prose_support=prose, invisible=marks)
