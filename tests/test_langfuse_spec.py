@@ -3,7 +3,7 @@
 Requests (parameters, auth, bodies) and response bodies are validated with openapi-core against
 ../shared/langfuse/openapi.yml. Known skew, not a bug of either side: that file is the OLDER
 contract of `POST /api/public/scores` (one `CreateScoreRequest`, `200 {id}`, no `timestamp`).
-SDK 5.x (which triage uses) sends a JSON list and gets `202 {"message"}` or `207 {accepted,
+SDK 5.x (whose contract triage speaks) sends a JSON list and gets `202 {"message"}` or `207 {accepted,
 rejected, errors}`. So a list body is validated item by item against `CreateScoreRequest` (its
 `timestamp` is an extra property the file allows), and 202/207 answers, which the file does not
 list, are checked against the SDK's own response models instead. 429 and 5xx answers are not in
@@ -23,6 +23,7 @@ import pytest
 
 from tests.doubles.langfuse_server import LangfuseStandIn, LoggedRequest
 from tests.test_langfuse import NOW, WINDOW, backend_for, layer_score, session_vote, trace
+from triage.sources.langfuse.wire import BatchAnswer, BatchResults
 
 SPEC = Path(__file__).resolve().parents[2] / "shared" / "langfuse" / "openapi.yml"
 
@@ -53,6 +54,7 @@ def _request(entry: LoggedRequest, body: bytes | None = None) -> Any:
 
 def validate(openapi: Any, entry: LoggedRequest) -> str:
     """Validate one logged exchange; returns what was checked (for the coverage assertion)."""
+    from langfuse.api.scores.types.create_score_batch_results import CreateScoreBatchResults
     from langfuse.api.scores.types.create_scores_response import CreateScoresResponse
     from openapi_core.testing import MockResponse
     from pydantic import TypeAdapter
@@ -64,8 +66,13 @@ def validate(openapi: Any, entry: LoggedRequest) -> str:
     else:
         openapi.validate_request(_request(entry))
     if entry.status in {202, 207}:
-        # the SDK 5.x contract (see the module docstring)
-        TypeAdapter(CreateScoresResponse).validate_python(json.loads(entry.response_body))
+        # the SDK 5.x contract (see the module docstring); triage reads it with its own copy of
+        # the SDK's models (it does not import the SDK), which must agree
+        answer = json.loads(entry.response_body)
+        sdk = TypeAdapter(CreateScoresResponse).validate_python(answer)
+        ours = BatchAnswer.validate_python(answer)
+        assert isinstance(ours, BatchResults) == isinstance(sdk, CreateScoreBatchResults)
+        assert ours.model_dump() == sdk.model_dump()
         return f"{entry.method} {entry.path} {entry.status} (SDK contract)"
     if entry.status in {200, 400, 401, 404}:
         response = MockResponse(entry.response_body, status_code=entry.status)

@@ -1,9 +1,9 @@
 """The Langfuse source: votes and traces in, triage scores out (see ../shared/notes/langfuse.md).
 
-Calls go through the `langfuse` package's Fern API client (`LangfuseAPI`) on an injected httpx
-client; raw HTTP through the same client only where the SDK has no call or costs too much: v3
-score reads, the legacy trace and session reads, and a single-object score POST for servers that
-speak the older contract. The parts: `http` (plumbing, retries), `scores` and `traces` (reads),
+Calls are plain JSON requests on an injected httpx client, in the shapes of the `langfuse` SDK
+5.x's REST client (score POSTs as a list, or one object each for servers that speak the older
+contract; v3 score reads, v2 observation reads, the legacy trace and session reads). The SDK
+itself is not imported: see `http`. The parts: `http` (plumbing, retries), `scores` and `traces` (reads),
 `writes` (both write contracts and the read-back), `links` (UI links), `wire` (shapes, mapping),
 `annotations` (score configs, annotation queues, the job's decisions for `triage queue`).
 """

@@ -1,4 +1,10 @@
-"""Plumbing for the Langfuse API: one httpx client, the SDK's Fern client on it, retries, counting.
+"""Plumbing for the Langfuse API: one httpx client, plain JSON requests on it, retries, counting.
+
+No part of the `langfuse` SDK is imported: even its generated REST client (`langfuse.api`) can
+only be imported after the package's `__init__`, which loads the tracing client (OpenTelemetry's
+SDK and exporters, protobuf, numpy: about 18 MB of resident memory and 280 modules, for two calls
+triage made through it). The answers are checked against the SDK 5.x models' shapes instead
+(`wire.BatchAnswer`, `wire.ProjectsPage`).
 
 Every request is retried here (`triage.retry`), not by the SDK (its retries skip transport errors
 and timeouts): 429 waits for `Retry-After`, 5xx, 408, 409, timeouts and dropped connections back
@@ -15,9 +21,6 @@ from typing import Any, TypeVar
 
 import httpx
 import pydantic
-from langfuse.api.client import LangfuseAPI
-from langfuse.api.core.api_error import ApiError
-from langfuse.api.core.request_options import RequestOptions
 from tenacity import RetryCallState
 
 from triage.domain.ports import SourceStats
@@ -96,10 +99,6 @@ class LangfuseHttp:
         hooks = self._http.event_hooks
         # every request the client sends, retries included, passes this hook
         self._http.event_hooks = {**hooks, "request": [*hooks.get("request", []), self._count]}
-        self.api = LangfuseAPI(
-            base_url=self.base_url, username=public_key, password=secret_key, httpx_client=self._http
-        )
-        self.options: RequestOptions = {"max_retries": 0, "timeout_in_seconds": timeout}  # type: ignore[typeddict-item]
         #: set when a call gave up on an outage (transport errors, 5xx, 429): later calls make one
         #: attempt each, so a Langfuse that is plainly down costs one deadline, not one per batch
         self.down: str | None = None
@@ -117,10 +116,6 @@ class LangfuseHttp:
         def attempt() -> T:
             try:
                 return fn()
-            except ApiError as ex:
-                if ex.status_code is not None and 200 <= ex.status_code < 300:
-                    raise LangfuseError(f"{what}: unreadable response body") from ex
-                raise HttpStatus(ex.status_code or 0, ex.headers, ex.body) from ex
             except pydantic.ValidationError as ex:
                 raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
 

@@ -8,6 +8,7 @@ from urllib.parse import quote
 from triage.errors import LangfuseError
 from triage.retry import RetryPolicy
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, short
+from triage.sources.langfuse.wire import ProjectsPage
 
 log = logging.getLogger("triage.sources.langfuse")
 
@@ -26,7 +27,9 @@ class TraceLinks:
         """Read the project id. Without one there are no links (logged); refused keys raise."""
         try:
             projects = http.call(
-                "reading the project", lambda: http.api.projects.get(request_options=http.options), retry=retry
+                "reading the project",
+                lambda: ProjectsPage.model_validate(http.raw("GET", "api/public/projects")),
+                retry=retry,
             )
             self.project_id = projects.data[0].id if projects.data else None
         except (LangfuseError, HttpStatus) as ex:

@@ -1,7 +1,8 @@
 """Langfuse's wire shapes and their mapping to triage's records (pure: no I/O).
 
 Rows triage reads (ScoreV3, ObservationV2, the legacy trace and session bodies) become `Vote` and
-`Observation`; a `ScoreWrite` becomes one POST body, from which the SDK's request is derived.
+`Observation`; a `ScoreWrite` becomes one POST body; the answers to a list POST and to the project
+read are checked against the shapes of SDK 5.x's models (`BatchAnswer`, `ProjectsPage`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pydantic
 
@@ -56,6 +57,44 @@ class ObservationsPage(pydantic.BaseModel):
 
     data: list[dict[str, Any]]
     meta: ScoresMeta
+
+
+class _Answer(pydantic.BaseModel):
+    """An answer body as the SDK models it: extra fields allowed, frozen."""
+
+    model_config = pydantic.ConfigDict(extra="allow", frozen=True)
+
+
+class BatchError(_Answer):
+    message: str
+
+
+class BatchResults(_Answer):
+    """A list POST's 207: how many scores were accepted and rejected; the errors carry no id."""
+
+    accepted: int
+    rejected: int
+    errors: list[BatchError]
+
+
+class BatchAccepted(_Answer):
+    """A list POST's 202."""
+
+    message: Literal["Accepted"] = "Accepted"
+
+
+#: the answer to `POST /api/public/scores` with a list (SDK 5.x's `CreateScoresResponse`)
+BatchAnswer = pydantic.TypeAdapter(BatchResults | BatchAccepted)
+
+
+class Project(_Answer):
+    id: str
+
+
+class ProjectsPage(_Answer):
+    """`GET /api/public/projects`: the key's project (links need only its id)."""
+
+    data: list[Project]
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[list[T]]:
@@ -209,16 +248,6 @@ def wire_score(score: ScoreWrite) -> dict[str, Any]:
         # newer servers upsert on (id, timestamp); older ones ignore it and stamp the receive time
         "timestamp": iso_z(score.timestamp),
     }
-
-
-_SDK_NAMES = {"traceId": "trace_id", "dataType": "data_type"}
-
-
-def sdk_score(score: ScoreWrite) -> dict[str, Any]:
-    """The same body with the SDK's field names (`CreateScoreRequest` takes snake_case)."""
-    body = {_SDK_NAMES.get(k, k): v for k, v in wire_score(score).items()}
-    body["timestamp"] = as_utc(score.timestamp)
-    return body
 
 
 def post_chunks(scores: Iterable[ScoreWrite]) -> Iterator[list[ScoreWrite]]:

@@ -10,14 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from langfuse.api.scores.types.create_score_request import CreateScoreRequest
-
 from triage.domain.records import ScoreWrite, WriteOutcome
 from triage.errors import LangfuseError
 from triage.retry import Clock, RetryPolicy, current_clock
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp
 from triage.sources.langfuse.scores import ScoreReads
-from triage.sources.langfuse.wire import post_chunks, sdk_score, wire_score
+from triage.sources.langfuse.wire import BatchAnswer, BatchResults, post_chunks, wire_score
 
 log = logging.getLogger("triage.sources.langfuse")
 
@@ -74,10 +72,11 @@ class ScoreWrites:
     def _post_list(self, chunk: list[ScoreWrite]) -> tuple[str | None, str | None] | None:
         """POST a list. (error, warning) per chunk; None when the server wants one object per POST."""
         what = f"writing {len(chunk)} scores"
-        request = [CreateScoreRequest(**sdk_score(s)) for s in chunk]
+        body = [wire_score(s) for s in chunk]
         try:
             response = self.http.call(
-                what, lambda: self.http.api.scores.create(request=request, request_options=self.http.options)
+                what,
+                lambda: BatchAnswer.validate_python(self.http.raw("POST", "api/public/scores", json_body=body)),
             )
         except HttpStatus as ex:
             if ex.status in {400, 422} and self.list_contract is None:
@@ -88,11 +87,10 @@ class ScoreWrites:
             return f"write refused: {ex.detail()}", None
         except LangfuseError as ex:
             return f"write failed: {ex}", None
-        rejected = getattr(response, "rejected", 0) or 0
-        if rejected:
+        if isinstance(response, BatchResults) and response.rejected:
             # 207: the errors carry no score id, so the read-back decides which ones landed
-            messages = "; ".join(e.message for e in (getattr(response, "errors", None) or [])[:3])
-            return None, f"the server rejected {rejected} of {len(chunk)} scores in the batch: {messages}"
+            messages = "; ".join(e.message for e in response.errors[:3])
+            return None, f"the server rejected {response.rejected} of {len(chunk)} scores in the batch: {messages}"
         return None, None
 
     def _post_one(self, score: ScoreWrite) -> str | None:
