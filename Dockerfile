@@ -36,6 +36,6 @@ USER 10001:10001
 WORKDIR /tmp
 # build check, as the runtime user: the console script runs, and the clients it loads lazily import
 RUN triage --help \
- && python -c "import langfuse, mcp, openai, triage.cli"
+ && python -c "import mcp, openai, triage.cli, triage.sources.langfuse.backend"
 ENTRYPOINT ["triage"]
 CMD ["--help"]

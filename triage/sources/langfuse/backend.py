@@ -5,7 +5,7 @@ Calls are plain JSON requests on an injected httpx client, in the shapes of the 
 contract; v3 score reads, v2 observation reads, the legacy trace and session reads). The SDK
 itself is not imported: see `http`. The parts: `http` (plumbing, retries), `scores` and `traces` (reads),
 `writes` (both write contracts and the read-back), `links` (UI links), `wire` (shapes, mapping),
-`annotations` (score configs, annotation queues, the job's decisions for `triage queue`).
+`annotations` (score configs and annotation queues for `triage queue`).
 """
 
 from __future__ import annotations
