@@ -15,6 +15,7 @@ from tests.test_evalset import ev
 from triage.config import load_config
 from triage.domain.outcome import RunResult
 from triage.domain.signatures import (
+    SIMILARITY,
     Member,
     Signature,
     assign,
@@ -166,3 +167,45 @@ def test_two_nights_keep_signature_ids_and_tell_new_recurring_and_resolved(tmp_p
     names = sorted(p.name for p in drafts)
     assert any(n.startswith("owner-kubeflow-") for n in names)
     assert sum(n.startswith("signature-sig-") for n in names) == len(paraphrases)  # two members each
+
+
+def test_assign_through_the_word_index_equals_comparing_every_pair() -> None:
+    """The word index only skips signatures sharing no word (similarity 0): the signatures chosen
+    are those of the plain all-pairs comparison (a threshold of 0 takes that path), on a night of
+    overlapping questions across two pools."""
+    import random
+
+    rng = random.Random(7)
+    vocabulary = [f"word{i}" for i in range(40)]
+    members = [
+        Member(
+            trace_id=f"t{i:03d}",
+            layer=rng.choice(["retrieval", "generation"]),
+            component="katib",
+            question=" ".join(rng.sample(vocabulary, rng.randint(2, 6))),
+            start=datetime(2026, 12, 1, tzinfo=UTC) + timedelta(minutes=i),
+        )
+        for i in range(300)
+    ]
+
+    def chosen(threshold: float, brute: bool) -> dict[str, str]:
+        if brute:
+            # every pair, the definition: a member joins the most similar signature of its pool
+            picked: dict[str, str] = {}
+            pools: dict[str, list[tuple[str, frozenset[str]]]] = {}
+            for m in sorted(members, key=lambda m: (m.start, m.trace_id)):
+                pool = pools.setdefault(m.layer, [])
+                scored = [(similarity(m.terms, terms), sid) for sid, terms in pool]
+                best = max((s for s in scored if s[0] >= threshold), default=None)
+                if best is None:
+                    sig = assign([m], [])[m.trace_id]  # the founder's id and terms, as assign makes them
+                    pool.append((sig.id, sig.terms))
+                    picked[m.trace_id] = sig.id
+                else:
+                    picked[m.trace_id] = best[1]
+            return picked
+        return {t: s.id for t, s in assign(members, [], threshold).items()}
+
+    fast = chosen(SIMILARITY, brute=False)
+    assert fast == chosen(SIMILARITY, brute=True)
+    assert 20 < len(set(fast.values())) < 300  # groups formed, and not one big one

@@ -147,8 +147,20 @@ def assign(
     A trace already a member of a known signature keeps it (a rerun changes nothing)."""
     by_id = {sig.id: sig for sig in known}
     pools: dict[tuple[str, str], list[Signature]] = {}
+    # per pool, each word's signatures: only a signature sharing a word can reach a positive
+    # threshold, so a member is scored against those alone, not against its whole pool (5,000
+    # members into 1,400 signatures: 0.46 s -> 0.20 s; the pairs grow with the square of a night)
+    words: dict[tuple[str, str], dict[str, list[Signature]]] = {}
+
+    def enter(sig: Signature) -> None:
+        key = (sig.layer, sig.component)
+        pools.setdefault(key, []).append(sig)
+        index = words.setdefault(key, {})
+        for term in sig.terms:
+            index.setdefault(term, []).append(sig)
+
     for sig in known:
-        pools.setdefault((sig.layer, sig.component), []).append(sig)
+        enter(sig)
     held = {trace_id: sig for sig in known for ids in sig.nights.values() for trace_id in ids}
     out: dict[str, Signature] = {}
     for member in sorted(members, key=lambda m: (m.start is None, m.start or datetime.min, m.trace_id)):
@@ -158,8 +170,17 @@ def assign(
             out[member.trace_id] = sig
             continue
         terms = member.terms
-        pool = pools.setdefault((member.layer, member.component), [])
-        scored = [(similarity(terms, sig.terms), sig.id, sig) for sig in pool]
+        key = (member.layer, member.component)
+        if threshold > 0:
+            shared: dict[str, int] = {}
+            for term in terms:
+                for sig in words.get(key, {}).get(term, ()):
+                    shared[sig.id] = shared.get(sig.id, 0) + 1
+            scored = [
+                (2 * n / (len(terms) + len(by_id[sid].terms)), sid, by_id[sid]) for sid, n in shared.items()
+            ]
+        else:
+            scored = [(similarity(terms, sig.terms), sig.id, sig) for sig in pools.get(key, [])]
         best = max((s for s in scored if s[0] >= threshold), key=lambda s: (s[0], s[1]), default=None)
         if best is not None:
             sig = best[2]
@@ -171,7 +192,7 @@ def assign(
             )
             if sid not in by_id:
                 by_id[sid] = sig
-                pool.append(sig)
+                enter(sig)
         sig.add(0, member.trace_id, member.start)
         out[member.trace_id] = sig
     return out
