@@ -291,11 +291,7 @@ def test_calibrate_reads_annotation_scores_from_langfuse_end_to_end(openapi: Any
         for i in range(4)
     ]
     with LangfuseStandIn(records=records) as server:
-        env = {
-            "LANGFUSE_PUBLIC_KEY": server.public_key,
-            "LANGFUSE_SECRET_KEY": server.secret_key,
-            "LANGFUSE_BASE_URL": server.url,
-        }
+        env = server.env
         ran = CliRunner().invoke(
             cli, ["feedback", "--since-hours", "24", "--write", "--judge", "heuristic"], env=env
         )

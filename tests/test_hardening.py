@@ -64,11 +64,7 @@ def test_a_deeply_nested_tool_output_does_not_abort_the_night(tmp_path: Path) ->
 @pytest.mark.slow
 def test_a_deeply_nested_tool_output_through_langfuse() -> None:
     with LangfuseStandIn(records=_deep_night()) as server:
-        env = {
-            "LANGFUSE_PUBLIC_KEY": server.public_key,
-            "LANGFUSE_SECRET_KEY": server.secret_key,
-            "LANGFUSE_BASE_URL": server.url,
-        }
+        env = server.env
         result = _invoke(["feedback", "--write", "--report", "--judge", "heuristic"], env)
     assert result.exit_code in (0, 4), result.output
     assert "2 thumbs-down: 2 triaged" in result.stdout

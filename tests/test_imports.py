@@ -77,11 +77,7 @@ def test_feedback_on_langfuse_does_not_import_the_langfuse_sdk() -> None:
         for i in range(3)
     ]
     with LangfuseStandIn(records=traces) as server:
-        env = {
-            "LANGFUSE_PUBLIC_KEY": server.public_key,
-            "LANGFUSE_SECRET_KEY": server.secret_key,
-            "LANGFUSE_BASE_URL": server.url,
-        }
+        env = server.env
         loaded, _ = packages(["feedback", "--since-hours", "24", "--write", "--judge", "heuristic"], env)
         # the run read the project (links) and wrote both scores per trace as a list
         assert server.requests("/api/public/projects")

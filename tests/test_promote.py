@@ -144,9 +144,7 @@ def invoke(env: dict[str, str], *args: str) -> Result:
 
 def langfuse_env(server: LangfuseStandIn) -> dict[str, str]:
     return {
-        "LANGFUSE_PUBLIC_KEY": server.public_key,
-        "LANGFUSE_SECRET_KEY": server.secret_key,
-        "LANGFUSE_BASE_URL": server.url,
+        **server.env,
         "LANGFUSE_TIMEOUT": "5",
     }
 

@@ -125,9 +125,7 @@ def night() -> list[dict[str, Any]]:
 
 def run(server: LangfuseStandIn, *args: str) -> Result:
     env = {
-        "LANGFUSE_PUBLIC_KEY": server.public_key,
-        "LANGFUSE_SECRET_KEY": server.secret_key,
-        "LANGFUSE_BASE_URL": server.url,
+        **server.env,
         "LANGFUSE_TIMEOUT": "5",
     }
     return CliRunner().invoke(cli, ["queue", *args], env=env, catch_exceptions=False)
@@ -328,11 +326,7 @@ def test_an_archived_config_is_passed_over_and_a_fitting_one_is_reused() -> None
 def test_verdicts_written_by_triage_feedback_are_what_queue_reads() -> None:
     traces = thumbs_down(12)
     with LangfuseStandIn(records=traces) as server:
-        env = {
-            "LANGFUSE_PUBLIC_KEY": server.public_key,
-            "LANGFUSE_SECRET_KEY": server.secret_key,
-            "LANGFUSE_BASE_URL": server.url,
-        }
+        env = server.env
         job = CliRunner().invoke(
             cli, ["feedback", "--write", "--judge", "heuristic"], env=env, catch_exceptions=False
         )

@@ -148,9 +148,7 @@ def test_the_embedded_store_every_filter(tmp_path: Path) -> None:
 def test_langfuse_every_filter_and_the_exchanges_match_the_spec(openapi: Any, legacy: bool) -> None:  # noqa: F811
     with LangfuseStandIn(records=records(), legacy=legacy) as server:
         env = {
-            "LANGFUSE_PUBLIC_KEY": server.public_key,
-            "LANGFUSE_SECRET_KEY": server.secret_key,
-            "LANGFUSE_BASE_URL": server.url,
+            **server.env,
             "LANGFUSE_TIMEOUT": "5",
         }
         check_every_filter(env)

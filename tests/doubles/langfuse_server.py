@@ -240,6 +240,15 @@ class LangfuseStandIn:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment that points triage at this server (a new dict each time: callers add to it)."""
+        return {
+            "LANGFUSE_PUBLIC_KEY": self.public_key,
+            "LANGFUSE_SECRET_KEY": self.secret_key,
+            "LANGFUSE_BASE_URL": self.url,
+        }
+
     def start(self) -> None:
         standin = self
 
