@@ -35,6 +35,7 @@ from triage.engine.run import Sources, run_feedback
 from triage.judges.llm import replies
 from triage.judges.llm.judge import LLMJudge
 from triage.judges.llm.usage import RecentUsage
+from triage.judges.offline import text as text_module
 from triage.search.local import Researcher
 from triage.search.mcp_client import McpSearcher
 from triage.sources.langfuse.backend import LangfuseBackend
@@ -345,3 +346,19 @@ def test_asyncio_run_returning_the_result_allocates_no_copy_of_it() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 1_000_000, f"asyncio.run allocated {peak} bytes around a result of 2,000 entries"
+
+
+def test_the_word_set_cache_is_bounded_in_entries_and_in_text_length() -> None:
+    """The offline judge's word sets are cached (a chunk recurs across traces), but never a long
+    text (a whole page in a tool output), and never more than the cache's entries."""
+    text_module._word_set.cache_clear()
+    limit = text_module._word_set.cache_info().maxsize
+    assert limit is not None
+    for i in range(limit + 500):
+        text_module.word_set(f"chunk {i} " + "katib experiment trial parallelism " * 40)
+    assert text_module._word_set.cache_info().currsize == limit
+    text_module._word_set.cache_clear()
+    long_text = "katib " * (text_module.CACHED_CHARS // 6 + 1)
+    assert len(long_text) > text_module.CACHED_CHARS
+    assert text_module.word_set(long_text) == frozenset({"katib"})
+    assert text_module._word_set.cache_info().currsize == 0

@@ -103,12 +103,18 @@ def words(text: str) -> list[str]:
     return out
 
 
+#: texts up to this long are cached: an index chunk is at most 1,800 characters, and a longer text
+#: (a whole page in a tool output) is rarely seen twice. With the cache's 1,024 entries this bounds
+#: it at about 35 MB in the worst case (about 5 KB per chunk-sized entry, 5 MB in practice).
+CACHED_CHARS = 2_000
+
+
 def word_set(text: str) -> frozenset[str]:
     """The set of `words(text)`; cached, since a trace's passages recur across traces."""
-    return _word_set(text) if len(text) <= 20_000 else frozenset(words(text))
+    return _word_set(text) if len(text) <= CACHED_CHARS else frozenset(words(text))
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def _word_set(text: str) -> frozenset[str]:
     return frozenset(words(text))
 
