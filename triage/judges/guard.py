@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from triage.domain.records import Evidence, Facts, Passage, Trace
 
@@ -89,12 +90,22 @@ def injection_findings(fields: Iterable[tuple[str, str | None]]) -> list[str]:
     for field, text in fields:
         if not text:
             continue
-        # invisible characters are removed first so "ign\u200bore previous instructions" still matches
-        visible = text if text.isascii() else "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-        for label, pattern in _INJECTION_PATTERNS:
-            if pattern.search(visible):
-                found.append(f"{field}: {label}")
+        labels = _labels(text) if len(text) <= CACHED_CHARS else _labels.__wrapped__(text)
+        found += [f"{field}: {label}" for label in labels]
     return list(dict.fromkeys(found))
+
+
+#: passages up to this long have their findings cached: the same index chunks come back for many
+#: traces, and the seven patterns scan a text at about 3 ms per 10 KB (the largest CPU cost per
+#: trace in the nightly benchmark before the cache)
+CACHED_CHARS = 4_000
+
+
+@lru_cache(maxsize=2048)
+def _labels(text: str) -> tuple[str, ...]:
+    # invisible characters are removed first so "ign\u200bore previous instructions" still matches
+    visible = text if text.isascii() else "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return tuple(label for label, pattern in _INJECTION_PATTERNS if pattern.search(visible))
 
 
 def trace_findings(trace: Trace, research: Sequence[Passage] | None, comment: str | None) -> list[str]:
