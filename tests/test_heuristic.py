@@ -28,6 +28,9 @@ def test_words_meet_across_forms_and_identifiers() -> None:
     assert {"min", "trial", "requir"} <= word_set("min_trials_required")
     assert "metric" in word_set("metricStrategies")
     assert word_set("kube\u200bctl") == word_set("kubectl")
+    # a compound is stemmed whole too, so its plural and lower-case forms meet it
+    assert word_set("SparkApplications") & word_set("a SparkApplication")
+    assert word_set("KServe") & word_set("kserve")
 
 
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
@@ -168,6 +171,29 @@ def test_containment_a_better_passage_elsewhere_outranks_a_weak_retrieved_one() 
     q = "What are the defaults of min_trials_required and start_step in Katib?"
     found = cont.contain(q, "Katib runs experiments.", [], [NOISE[0]], [*NOISE, PAGE], answer_counts=True)
     assert found.outranked and not found.retrieved_holds and found.index_holds
+
+
+def test_containment_a_better_section_of_a_retrieved_page_outranks_the_one_shown() -> None:
+    q = "What are the defaults of min_trials_required and start_step in Katib?"
+    shown = Passage(id="R1", collection="docs", source_url="https://docs/x", text="Katib runs experiments.")
+    found = cont.contain(q, "Katib runs experiments.", [], [shown], [*NOISE, PAGE], answer_counts=True)
+    assert found.outranked and not found.retrieved_holds and found.index_holds
+
+
+def test_containment_a_passage_without_the_subject_is_a_lexical_trap() -> None:
+    q = "Can Katib send an email when an experiment finishes?"
+    shown = [
+        Passage(id="R1", collection="docs", source_url="https://docs/k", text="Katib experiment status."),
+        Passage(id="R2", collection="docs", source_url="https://docs/u", text="The Katib UI lists experiments."),
+    ]
+    text = "The dashboard does not send email when a job finishes."
+    trap = Passage(id="S9", collection="issues", source_url="https://issues/1", text=text)
+    found = cont.contain(q, "", [], shown, [*shown, *NOISE, trap], answer_counts=False, declined=True)
+    assert found.index_holds is False and found.elsewhere_best and found.elsewhere_best.passage is not trap
+    assert max(s.coverage for s in found.researched or []) >= cont.INDEX_THRESHOLD  # by the trap
+    on_topic = trap.model_copy(update={"text": "A Katib experiment can send an email when it finishes."})
+    found = cont.contain(q, "", [], shown, [*shown, *NOISE, on_topic], answer_counts=False, declined=True)
+    assert found.index_holds is True
 
 
 def test_containment_a_decline_is_believed_at_moderate_coverage() -> None:

@@ -3,8 +3,8 @@
 - **containment** (`retrieved_has_answer`, `index_has_answer`, `answer_collection`): a passage holds
   the answer when it covers the question's rare words (weighted by how few of the trace's passages
   hold each), helped by the answer's specifics when the retrieved passages hold them; a much better
-  re-searched passage from another page means the agent's passages missed it
-  (`triage.judges.offline.containment`);
+  re-searched passage the agent was not shown means its passages missed it; a re-searched passage
+  without the subject the retrieved ones share is a lexical trap (`triage.judges.offline.containment`);
 - **grounding** (`answer_grounded`): every specific of the answer is in what the agent saw (the
   question's own, placeholders and arithmetic on shown numbers exempt), no `key: value` or negation
   contradicts a passage, no invisible character hides in a word, and most of the answer's words are
@@ -94,7 +94,7 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
         holder = c.retrieved_best.passage
     elif index and c.researched:
         ranked = sorted(
-            c.researched,
+            [s for s in c.researched if s.on_topic],
             key=lambda s: (round(s.coverage, 2), c.elsewhere_best is not None and s is c.elsewhere_best),
             reverse=True,
         )
@@ -137,11 +137,18 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
         if retrieved:
             i_conf = r_conf
             i_note = "the retrieved passages hold it"
-        elif s_best is None:
+        elif not c.researched:
             i_conf, i_note = "high", "the re-search found no passage"
+        elif s_best is None:
+            i_conf, i_note = "medium", "no re-searched passage holds the subject the retrieved ones share"
         else:
             i_conf = _band(abs(score - cont.INDEX_THRESHOLD), 0.3, 0.12)
             i_note = f"best re-searched question coverage {score:.2f} ({s_best.passage.id})"
+        trap = max((s.coverage for s in c.researched or [] if not s.on_topic), default=0.0)
+        if not index and trap >= cont.INDEX_THRESHOLD:
+            # the miss rests on the subject check: a passage without the subject covers the question
+            i_conf = "medium" if i_conf == "high" else i_conf
+            i_note += f"; {trap:.2f} by a passage without the subject the retrieved ones share"
         evidence["index_has_answer"] = Evidence(
             passage_ids=[holder.id] if holder else [], confidence=i_conf, note=i_note
         )

@@ -11,9 +11,13 @@ by how rare each need is among the trace's own passages:
 - **answer support**: the share of the answer's specifics (question's own left out) that the
   retrieved passages hold, for an answer that does not decline. An answer whose specifics are
   the passages' is evidence the passages answer; it adds to the best retrieved coverage.
-- **a better passage elsewhere**: the best re-searched passage from another page than any
-  retrieved one, covering the question clearly better than the best retrieved passage, means the
-  agent's passages missed the answer (a retrieval or routing miss).
+- **a better passage elsewhere**: the best re-searched passage the agent was not shown (another
+  page, or another section of a page it retrieved), covering the question clearly better than the
+  best retrieved passage, means the agent's passages missed the answer (a retrieval or routing miss).
+- **the subject**: the question's words that the retrieved passages hold are what the agent's search
+  did find. A re-searched passage that holds the question's rare words but not half of those is a
+  lexical trap (an unrelated page that says "email" or "timeout"), and counts neither for the index
+  nor as a better passage elsewhere.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ ANSWER_WEIGHT = 0.4
 INDEX_THRESHOLD = 0.55
 #: a declining agent read its passages and says the answer is not there: overruled only from here
 DECLINED_HOLD_THRESHOLD = 0.85
+#: a re-searched passage counts (for the index, or as a better passage elsewhere) only if it holds
+#: this share of the question's words that the retrieved passages hold: the subject the agent's
+#: search did find. One that holds the rare words without the subject is a lexical trap
+TOPIC_SHARE = 0.5
+#: ... when the retrieved passages hold at least this many of the question's words (one is no subject)
+TOPIC_MIN = 2
 
 
 def question_terms(question: str, tool_calls: Sequence[ToolCall]) -> set[str]:
@@ -61,6 +71,11 @@ def _same_passage(x: str, y: str) -> bool:
 class Scored:
     passage: Passage
     coverage: float  # idf-weighted question coverage
+    topic: float = 1.0  # share of the question's words the retrieved passages hold that this one holds
+
+    @property
+    def on_topic(self) -> bool:
+        return self.topic >= TOPIC_SHARE
 
 
 @dataclass
@@ -71,8 +86,8 @@ class Containment:
     researched: list[Scored] | None
     answer_support: float | None  # the answer's specifics held by the retrieved passages
     retrieved_best: Scored | None
-    elsewhere_best: Scored | None  # the best re-searched passage from a page the agent did not retrieve
-    researched_best: Scored | None
+    elsewhere_best: Scored | None  # the best on-topic re-searched passage the agent was not shown
+    researched_best: Scored | None  # the best on-topic re-searched passage
     declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
 
     @property
@@ -126,9 +141,12 @@ def contain(
     its specifics say what the passages should hold."""
     pool = Pool([passage_text(p) for p in [*retrieved, *(researched or [])]])
     terms = question_terms(question, tool_calls)
+    topic = terms & frozenset().union(*(word_set(passage_text(p)) for p in retrieved))
 
     def score(p: Passage) -> Scored:
-        return Scored(p, pool.weighted_coverage(terms, word_set(passage_text(p))))
+        have = word_set(passage_text(p))
+        share = len(topic & have) / len(topic) if len(topic) >= TOPIC_MIN else 1.0
+        return Scored(p, pool.weighted_coverage(terms, have), share)
 
     r_scored = [score(p) for p in retrieved]
     s_scored = [score(p) for p in researched] if researched is not None else None
@@ -140,13 +158,12 @@ def contain(
             held = squash(strip_invisible("\n".join(f"{p.text} {p.source_url or ''}" for p in retrieved)))
             support = sum(squash(s) in held for s in wanted) / len(wanted)
     r_best = max(r_scored, key=lambda s: s.coverage, default=None)
-    urls = {p.source_url for p in retrieved if p.source_url}
     r_texts = [squash(p.text) for p in retrieved]
+    candidates = [s for s in s_scored or [] if s.on_topic]
     elsewhere = [
         s
-        for s in s_scored or []
+        for s in candidates
         if not any(_same_passage(squash(s.passage.text), r) for r in r_texts)
-        and not (s.passage.source_url and s.passage.source_url in urls)
     ]
     return Containment(
         retrieved=r_scored,
@@ -154,6 +171,6 @@ def contain(
         answer_support=support,
         retrieved_best=r_best,
         elsewhere_best=max(elsewhere, key=lambda s: s.coverage, default=None),
-        researched_best=max(s_scored or [], key=lambda s: s.coverage, default=None),
+        researched_best=max(candidates, key=lambda s: s.coverage, default=None),
         declined=declined,
     )

@@ -3,7 +3,8 @@
 Everything here is language-neutral string work (no model, no word lists beyond English stopwords):
 words are cut at identifier boundaries as well as spaces, so `min_trials_required` also yields
 `min`, `trial`, `required`; stems come from a light suffix stripper, so `reused`, `reusing` and
-`reuse` meet; invisible format characters (zero-width spaces, bidi marks) are removed before
+`reuse` meet, and a compound is stemmed whole as well (`SparkApplications` meets `SparkApplication`,
+`KServe` meets `kserve`); invisible format characters (zero-width spaces, bidi marks) are removed before
 comparing words, but kept where exact strings are compared (grounding).
 """
 
@@ -97,7 +98,7 @@ def words(text: str) -> list[str]:
             continue
         parts = [p for p in _SUBWORD.findall(token) if p]
         if low not in STOPWORDS and (len(low) >= 3 or (len(low) == 2 and token.isupper())):
-            out.append(stem(low) if len(parts) <= 1 else low)
+            out.append(stem(low))
         if len(parts) > 1:
             out += [stem(p) for p in parts if len(p) >= 3 and p.lower() not in STOPWORDS]
     return out
