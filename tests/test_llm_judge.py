@@ -17,6 +17,7 @@ from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace
 from triage.domain.rule import decide
 from triage.errors import ConfigError, JudgeError, JudgeRejected
 from triage.judges import guard, prompts
+from triage.judges.llm.blocks import Block
 from triage.judges.llm.judge import LLMJudge
 from triage.judges.llm.quotes import quote_found
 
@@ -882,3 +883,11 @@ def test_templates_are_strict() -> None:
 
     with pytest.raises(jinja2.UndefinedError):
         prompts.render("grounding_system.j2", product="Kubeflow")  # no nonce
+
+
+def test_a_block_normalises_its_texts_once_for_all_the_quotes_that_cite_it() -> None:
+    block = Block("S1", ["Set  parallelTrialCount\n to 3 \u2014 in the spec.", "Katib"])
+    assert block.holds("parallelTrialCount to 3 - in the spec")
+    assert block.holds("Set parallelTrialCount ... the spec.")
+    assert not block.holds("parallelTrialCount to 5")
+    assert block.__dict__["normalised"] == ["Set parallelTrialCount to 3 - in the spec.", "Katib"]

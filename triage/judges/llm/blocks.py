@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from triage.domain.records import Passage, Trace
 from triage.errors import JudgeError
 from triage.judges import prompts
-from triage.judges.llm.quotes import BLOCK_ID, normalise
+from triage.judges.llm.quotes import BLOCK_ID, normalise, quote_in
 from triage.judges.llm.replies import SetKey
 from triage.reading.relevance import excerpt, most_relevant
 
@@ -45,6 +46,15 @@ class Block:
     source_url: str | None = None
     collection: str | None = None
 
+    @cached_property
+    def normalised(self) -> list[str]:
+        """`texts` through `quotes.normalise`, once however many quotes cite the block."""
+        return [normalise(t) for t in self.texts]
+
+    def holds(self, quote: str) -> bool:
+        """Is `quote` an exact substring (after normalisation) of one of the block's texts?"""
+        return any(quote_in(quote, t) for t in self.normalised)
+
 
 @dataclass
 class PassageSet:
@@ -66,9 +76,10 @@ def passage_set(
         if not BLOCK_ID.match(passage.id):
             raise JudgeError(f"passage id {passage.id[:20]!r} is not a short id like R1 or S1")
         text = prompts.clean(passage.text, len(passage.text), nonce)
-        if normalise(text) in seen:  # the same chunk found by two queries: send it once
+        same = normalise(text)
+        if same in seen:  # the same chunk found by two queries: send it once
             continue
-        seen.add(normalise(text))
+        seen.add(same)
         candidates.append((passage, text))
     keep = most_relevant([f"{p.title or ''}\n{text}" for p, text in candidates], focus, MAX_PASSAGES)
     for passage, full in (candidates[i] for i in keep):

@@ -36,7 +36,7 @@ def containment_problems(reply: ContainmentReply, asked: Sequence[PassageSet]) -
                     f'"{s.key}" evidence {n} cites {safe_id(item.passage_id)}, '
                     f"which is not a passage of that set (its ids start with {s.prefix})"
                 )
-            elif not any(quote_found(item.quote, t) for t in block.texts):
+            elif not block.holds(item.quote):
                 problems.append(f'"{s.key}" evidence {n}: the quote is not an exact substring of {block.id}')
     return problems
 
@@ -52,7 +52,7 @@ def grounding_problems(reply: GroundingReply, blocks: Mapping[str, Block], answe
                 f"claim {n} is {claim.status} but cites {safe_id(claim.source_id)}, which is not a "
                 "passage (R..) or tool call (T..) given"
             )
-        elif not any(quote_found(claim.quote, t) for t in block.texts):
+        elif not block.holds(claim.quote):
             problems.append(f"claim {n}: the quote is not an exact substring of {block.id}")
     if reply.declined.verdict == "declined" and not quote_found(reply.declined.quote, answer):
         problems.append('"declined" needs a quote that is an exact substring of the answer')

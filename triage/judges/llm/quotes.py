@@ -29,7 +29,12 @@ def quote_found(quote: str, text: str) -> bool:
     An ellipsis in the quote may skip text, but each piece must appear, in order. The model saw
     the text JSON-encoded, so a quote copied with JSON escapes (`\\"`, `\\n`) is decoded first.
     """
-    haystack = normalise(text)
+    return quote_in(quote, normalise(text))
+
+
+def quote_in(quote: str, haystack: str) -> bool:
+    """`quote_found` against a text already through `normalise` (a block's, normalised once for
+    all the quotes that cite it)."""
     candidates = [quote]
     if "\\" in quote:
         try:
