@@ -33,6 +33,15 @@ def test_words_meet_across_forms_and_identifiers() -> None:
     assert word_set("KServe") & word_set("kserve")
 
 
+def test_an_acronyms_plural_meets_the_acronym() -> None:
+    # `GPUs`: the `s` is a plural, not the tail of a word in -us (`status`); `APIs` is no -is word
+    assert word_set("GPUs") == word_set("GPU") == {"gpu"}
+    assert word_set("REST APIs") >= word_set("API")
+    assert word_set("multi-GPUs") >= {"multi", "gpu"}
+    assert word_set("CRDs") == word_set("CRD")
+    assert stem("status") == "status"
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

@@ -30,8 +30,10 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"[^\W_](?:[\w.\-/]*[^\W_])?")
-_SUBWORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
+_SUBWORD = re.compile(r"[A-Z]{2,}s(?![a-z])|[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
 _TOKEN = re.compile(r"[^\W\d_]+", re.UNICODE)
+#: an acronym's plural (`GPUs`, `APIs`, `CRDs`): the lower-case `s` is the plural, not a word of its own
+_ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
 _URL = re.compile(r"https?://[^\s<>()\[\]`'\"]+")
@@ -82,6 +84,14 @@ def stem(word: str) -> str:
     return w
 
 
+def _stem(token: str) -> str:
+    """`stem` of a token as written: an acronym's plural loses its `s` (`GPUs` meets `GPU`), which
+    the lower-cased word cannot tell from a word in -us or -is (`status`, `analysis`)."""
+    if _ACRONYM_PLURAL.fullmatch(token):
+        return token[:-1].lower()
+    return stem(token.lower())
+
+
 def words(text: str) -> list[str]:
     """Stemmed content words of `text`, identifiers whole and in parts, stopwords dropped.
 
@@ -94,13 +104,13 @@ def words(text: str) -> list[str]:
             chars = [c for c in token if _CJK.match(c)]
             out += [a + b for a, b in zip(chars, chars[1:], strict=False)]
             token = _CJK.sub(" ", token)
-            out += [stem(p) for p in _SUBWORD.findall(token) if len(p) >= 2 and p.lower() not in STOPWORDS]
+            out += [_stem(p) for p in _SUBWORD.findall(token) if len(p) >= 2 and p.lower() not in STOPWORDS]
             continue
         parts = [p for p in _SUBWORD.findall(token) if p]
         if low not in STOPWORDS and (len(low) >= 3 or (len(low) == 2 and token.isupper())):
-            out.append(stem(low))
+            out.append(_stem(token))
         if len(parts) > 1:
-            out += [stem(p) for p in parts if len(p) >= 3 and p.lower() not in STOPWORDS]
+            out += [_stem(p) for p in parts if len(p) >= 3 and p.lower() not in STOPWORDS]
     return out
 
 
