@@ -42,6 +42,13 @@ def test_an_acronyms_plural_meets_the_acronym() -> None:
     assert stem("status") == "status"
 
 
+def test_a_past_tense_in_ied_meets_its_verb() -> None:
+    assert stem("specified") == stem("specifies") == stem("specify")
+    assert stem("copied") == stem("copy")
+    assert stem("applied") == stem("applies") == stem("apply")
+    assert stem("tied") == "tied"  # too short to be a -y verb
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

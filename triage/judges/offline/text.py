@@ -63,12 +63,13 @@ def squash(text: str) -> str:
 
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    """A light suffix stripper: plural, -ing, -ed, -ly, a final -e; enough to match word forms."""
+    """A light suffix stripper: plural, -ing, -ed (-ies and -ied as -y), -ly, a final -e; enough to match
+    word forms."""
     w = word.lower()
     if len(w) <= 3 or not w.isalpha():
         return w
-    if w.endswith("ies") and len(w) > 4:
-        w = w[:-3] + "y"
+    if w.endswith(("ies", "ied")) and len(w) > 4:
+        w = w[:-3] + "y"  # specifies, specified -> specify
     elif w.endswith("sses"):
         w = w[:-2]
     elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
