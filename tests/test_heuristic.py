@@ -49,6 +49,12 @@ def test_a_past_tense_in_ied_meets_its_verb() -> None:
     assert stem("tied") == "tied"  # too short to be a -y verb
 
 
+def test_a_verb_in_ply_is_no_adverb() -> None:
+    assert stem("apply") == stem("applies") == stem("applied") != stem("apps")
+    assert stem("supply") != stem("sup")
+    assert stem("directly") == stem("direct")
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

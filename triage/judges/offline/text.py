@@ -75,6 +75,8 @@ def stem(word: str) -> str:
     elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
         w = w[:-1]
     for suffix in ("ing", "ed", "ly"):
+        if suffix == "ly" and w.endswith("ply"):
+            break  # a verb in -ply (apply, supply, comply), not an adverb: `apply` is not `app`
         if w.endswith(suffix) and len(w) - len(suffix) >= 3:
             w = w[: -len(suffix)]
             if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
