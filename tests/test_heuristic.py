@@ -55,6 +55,13 @@ def test_a_verb_in_ply_is_no_adverb() -> None:
     assert stem("directly") == stem("direct")
 
 
+def test_an_accented_word_is_not_cut_into_ascii_pieces() -> None:
+    assert word_set("configuración") == {"configuración"}
+    assert word_set("Überprüfung der Größe") == {"überprüfung", "der", stem("größe")}
+    assert word_set("ÉtatInitial") >= {"état", "initial"}
+    assert word_set("metricStrategies") >= {"metric", "strategy"}
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

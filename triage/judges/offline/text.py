@@ -30,7 +30,12 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"[^\W_](?:[\w.\-/]*[^\W_])?")
-_SUBWORD = re.compile(r"[A-Z]{2,}s(?![a-z])|[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
+#: an identifier's parts: runs of capitals, a capital and its lower-case run, digits. An accented
+#: letter (or any other non-ASCII one) is a lower-case letter here, so `configuración` is one part,
+#: not `configuraci` + `ó` + `n`; Latin-1 capitals (`É`, `Ü`) start a part as A-Z do
+_UPPER = "A-Z\u00c0-\u00d6\u00d8-\u00de"
+_LOWER = rf"[^\W\d_{_UPPER}]"
+_SUBWORD = re.compile(rf"[A-Z]{{2,}}s(?!{_LOWER})|[{_UPPER}]+(?!{_LOWER})|[{_UPPER}]?{_LOWER}+|[0-9]+")
 _TOKEN = re.compile(r"[^\W\d_]+", re.UNICODE)
 #: an acronym's plural (`GPUs`, `APIs`, `CRDs`): the lower-case `s` is the plural, not a word of its own
 _ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
