@@ -62,6 +62,12 @@ def test_an_accented_word_is_not_cut_into_ascii_pieces() -> None:
     assert word_set("metricStrategies") >= {"metric", "strategy"}
 
 
+def test_an_identifier_inside_cjk_text_is_read_whole_too() -> None:
+    assert word_set("SparkApplicationsの設定") >= word_set("a SparkApplication")
+    assert word_set("min_trials_requiredを使う") >= word_set("min_trials_required")
+    assert word_set("KFPでパイプライン") >= {"kfp", "パイ"}
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

@@ -103,7 +103,8 @@ def _stem(token: str) -> str:
 def words(text: str) -> list[str]:
     """Stemmed content words of `text`, identifiers whole and in parts, stopwords dropped.
 
-    CJK text has no spaces: each CJK character pair counts as a word there."""
+    CJK text has no spaces: each CJK character pair counts as a word there, and the words written
+    between CJK characters (`SparkApplicationの設定`) are read as in any other text."""
     text = strip_invisible(text)
     out: list[str] = []
     for token in _WORD.findall(text):
@@ -111,8 +112,7 @@ def words(text: str) -> list[str]:
         if not token.isascii() and _CJK.search(token):
             chars = [c for c in token if _CJK.match(c)]
             out += [a + b for a, b in zip(chars, chars[1:], strict=False)]
-            token = _CJK.sub(" ", token)
-            out += [_stem(p) for p in _SUBWORD.findall(token) if len(p) >= 2 and p.lower() not in STOPWORDS]
+            out += words(_CJK.sub(" ", token))  # the words between, as in any text: compounds whole
             continue
         parts = [p for p in _SUBWORD.findall(token) if p]
         if low not in STOPWORDS and (len(low) >= 3 or (len(low) == 2 and token.isupper())):
