@@ -68,6 +68,11 @@ def test_an_identifier_inside_cjk_text_is_read_whole_too() -> None:
     assert word_set("KFPでパイプライン") >= {"kfp", "パイ"}
 
 
+def test_a_contraction_is_no_content_word() -> None:
+    assert word_set("it doesn't work") == word_set("it isn’t running") - {"run"} == set()
+    assert word_set("the pod wasn't scheduled") == {"pod", "schedul"}
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

@@ -26,8 +26,11 @@ STOPWORDS = frozenset(
     them then there these they this those through to too try trying under until up upon us use used using very
     want wants was way we well were what when where whether which while who whom why will with within without
     would yes yet you your yours thing things something anything work works working there's it's i'm don't
-    doesn't isn't aren't can't won't didn't via etc e.g i.e one two our ours able""".split()
+    doesn't isn't aren't can't won't didn't wasn't weren't hasn't haven't hadn't shouldn't couldn't wouldn't
+    via etc e.g i.e one two our ours able""".split()
 )
+#: words are cut at apostrophes, so a contraction's head (`doesn` of `doesn't`) is what meets the list
+STOPWORDS |= frozenset(w.split("'")[0] for w in STOPWORDS if "'" in w)
 
 _WORD = re.compile(r"[^\W_](?:[\w.\-/]*[^\W_])?")
 #: an identifier's parts: runs of capitals, a capital and its lower-case run, digits. An accented
