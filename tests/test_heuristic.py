@@ -98,6 +98,13 @@ def test_declines_in_several_languages(answer: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "answer", ["I could not\nfind it in the docs.", "I could not\u00a0find it.", "The docs  do not  mention it."]
+)
+def test_a_decline_phrase_across_a_line_break_or_odd_space(answer: str) -> None:
+    assert declines(answer)
+
+
+@pytest.mark.parametrize(
     "answer", ["JAX is not supported by Kubeflow Trainer.", "Set `parallelism: 2` on the loop.", ""]
 )
 def test_a_claim_is_not_a_decline(answer: str) -> None:

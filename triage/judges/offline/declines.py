@@ -74,8 +74,9 @@ DECLINE_PATTERNS = re.compile("|".join(_EN + _OTHER), re.IGNORECASE)
 
 
 def decline_phrases(answer: str) -> list[str]:
-    """The decline phrases in `answer`, as written (apostrophes normalised)."""
-    text = strip_invisible(answer).replace("\u2019", "'")
+    """The decline phrases in `answer`, as written (apostrophes normalised, and any run of whitespace
+    as one space: the patterns spell one, and a phrase wraps at a line end or holds a no-break space)."""
+    text = re.sub(r"\s+", " ", strip_invisible(answer).replace("\u2019", "'"))
     return [m.group(0) for m in DECLINE_PATTERNS.finditer(text)]
 
 
