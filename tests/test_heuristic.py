@@ -164,6 +164,14 @@ def test_a_negation_contradicts_a_positive_passage() -> None:
     assert not negation_contradictions("TPUs are not supported.", passages)
 
 
+def test_a_negation_with_a_typographic_apostrophe() -> None:
+    passages = ["Kubeflow Trainer supports frameworks including PyTorch, MLX, JAX and XGBoost."]
+    assert negation_contradictions("JAX and MLX aren\u2019t supported.", passages)
+    # a passage sentence that negates with `’` is no positive statement
+    negated = ["Kubeflow Trainer doesn\u2019t support frameworks such as JAX or MLX."]
+    assert not negation_contradictions("JAX and MLX are not supported.", negated)
+
+
 def test_no_answer_is_neither_grounded_nor_a_decline() -> None:
     assert check("   ", ["anything"], ["anything"]).grounded is False
 
