@@ -119,6 +119,16 @@ def test_specifics_of_an_answer() -> None:
     assert "e.g" not in specifics("Check it, e.g. with kubectl.")
 
 
+def test_markdown_emphasis_is_no_part_of_a_specific() -> None:
+    assert specifics("Open the __Manage Contributors__ tab, then _Save_.") == []
+    assert specifics("Read **https://www.kubeflow.org/docs/started/**.") == ["https://www.kubeflow.org/docs/started/"]
+    assert specifics("Define __init__ and call _create_cluster_op or my_var.") == [
+        "__init__",
+        "_create_cluster_op",
+        "my_var",
+    ]
+
+
 def test_exempt_specifics_question_placeholders_arithmetic() -> None:
     seen = ["Set `parallelTrialCount: 3` and `maxTrialCount: 12`.", "kubectl get pods -n kubeflow"]
     answer = (

@@ -51,6 +51,10 @@ _IDENT = re.compile(
     r"(?<![\w./-])(?:[A-Za-z_][\w-]*(?:[._/][A-Za-z0-9_-]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+_[A-Za-z0-9_]+"
     r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)"
 )
+#: Markdown emphasis with underscores (`__Manage Contributors__`, `_Note_`): the underscores are
+#: markup, not part of an identifier. A lower-case single word (`__init__`) is a Python dunder
+_EMPHASIS = re.compile(r"(?<!\w)(__?)(?=[^\s_])([^\n]*?[^\s_])\1(?!\w)")
+_DUNDER = re.compile(r"__[a-z][a-z0-9_]*__")
 _ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|vs|a\.k\.a|cf)\.?$", re.IGNORECASE)
 _QUANTITY = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%])(?!\w|\.\w)")
 _VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)*(?!\w|\.\w)")
@@ -141,15 +145,19 @@ def _word_set(text: str) -> frozenset[str]:
     return frozenset(words(text))
 
 
+def _unemphasise(match: re.Match[str]) -> str:
+    return match.group(0) if _DUNDER.fullmatch(match.group(0)) else f" {match.group(2)} "
+
+
 def specifics(answer: str) -> list[str]:
     """The checkable specifics of a text (URLs, flags, code spans, identifiers, versions, numbers), in
     order of appearance, without repeats."""
     found: list[str] = []
     without_urls = _URL.sub(" ", answer)
-    found += [u.rstrip(".,;:!?") for u in _URL.findall(answer)]
+    found += [u.rstrip(".,;:!?*") for u in _URL.findall(answer)]  # `**https://...**` is bold
     found += _FLAG.findall(without_urls)
     found += [c.strip() for c in _CODE.findall(without_urls)]
-    plain = _CODE.sub(" ", without_urls)
+    plain = _EMPHASIS.sub(_unemphasise, _CODE.sub(" ", without_urls))
     found += [i.rstrip(".,;:") for i in _IDENT.findall(plain)]
     found += _VERSION.findall(plain)
     found += _QUANTITY.findall(plain)
