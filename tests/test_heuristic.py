@@ -17,6 +17,7 @@ from triage.judges.offline.grounding import (
     arithmetic,
     check,
     negation_contradictions,
+    pairs,
     unsupported_specifics,
     value_contradictions,
 )
@@ -166,6 +167,16 @@ def test_a_swapped_value_contradicts_the_passage() -> None:
     assert not value_contradictions("Connect with port=8080.", passages[:1], passages)
     # an unseen value is an unsupported specific, not also a contradiction
     assert not value_contradictions("Connect with port=7777.", passages[:1], passages)
+
+
+def test_a_url_value_is_read_whole() -> None:
+    passages = ['client = ModelRegistry(server_address="http://model-registry-service.kubeflow", port=8080)']
+    assert pairs(passages[0])["server_address"] == {"http://model-registry-service.kubeflow"}
+    assert pairs("image: python:3.11")["image"] == {"python:3.11"}
+    # another URL is a swapped value; the URL the passage gives is none
+    seen = [*passages, "or https://registry.internal:8443"]
+    assert value_contradictions("Set server_address=https://registry.internal:8443", passages, seen)
+    assert not value_contradictions("server_address: http://model-registry-service.kubeflow", passages)
 
 
 def test_a_negation_contradicts_a_positive_passage() -> None:

@@ -28,7 +28,9 @@ _PLACEHOLDER = re.compile(
     re.IGNORECASE,
 )
 _NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\w)")
-_PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])\s*[:=]\s*[\"']?([\w./-]+)[\"']?")
+#: a value runs on through colons without a space (`http://host:9000/x`, `python:3.11`): cut at the
+#: first one, every URL's value was its scheme
+_PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])\s*[:=]\s*[\"']?([\w./-]+(?::[\w./-]+)*)[\"']?")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
 _NEGATION = re.compile(
     r"\b(?:not|no|never|isn't|aren't|doesn't|don't|cannot|can't|won't|neither|nor|without|unsupported)\b",
