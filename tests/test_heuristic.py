@@ -169,6 +169,13 @@ def test_a_swapped_value_contradicts_the_passage() -> None:
     assert not value_contradictions("Connect with port=7777.", passages[:1], passages)
 
 
+def test_a_sentences_period_is_no_part_of_a_value() -> None:
+    passages = ["registry = ModelRegistry(port=8080)"]
+    assert pairs("Connect with port=8080.")["port"] == {"8080"}
+    assert not value_contradictions("Connect with port=8080.", passages, [*passages, "It listens on 8080."])
+    assert not value_contradictions("ModelRegistry(port=...)", passages)
+
+
 def test_a_url_value_is_read_whole() -> None:
     passages = ['client = ModelRegistry(server_address="http://model-registry-service.kubeflow", port=8080)']
     assert pairs(passages[0])["server_address"] == {"http://model-registry-service.kubeflow"}

@@ -180,9 +180,12 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
 
 
 def pairs(text: str) -> dict[str, set[str]]:
-    """`key: value` and `key=value` pairs, keys lower-cased, values as written (quotes dropped)."""
+    """`key: value` and `key=value` pairs, keys lower-cased, values as written (quotes dropped, and
+    a sentence's closing period: `port=8080.` gives `8080`)."""
     out: dict[str, set[str]] = {}
-    for key, value in _PAIR.findall(text):
+    for key, written in _PAIR.findall(text):
+        # one closing period; `...` is a placeholder, not a sentence's end
+        value = written[:-1] if written.endswith(".") and not written.endswith("..") else written
         if key.lower() in ("http", "https") or value.startswith("//"):
             continue
         out.setdefault(key.lower(), set()).add(value.lower())
