@@ -74,6 +74,18 @@ def test_a_contraction_is_no_content_word() -> None:
     assert word_set("the pod wasn't scheduled") == {"pod", "schedul"}
 
 
+def test_english_around_code_is_english() -> None:
+    answer = (
+        "Yes: `manifests/v1beta1/katib-controller/katib-config.yaml`. Its `trialTemplate` has"
+        " `apiVersion: batch.kubeflow.org/v1beta1`, `kind: PyTorchJob`, uses `retain: true` with"
+        " `primaryContainerName: training-container`.\n\nhttps://github.com/kubeflow/katib/blob/master/README.md"
+    )
+    assert looks_english(answer)
+    assert looks_english("Use the endpoint on port `9090`:\n\n```python\nregistry = ModelRegistry(port=9090)\n```")
+    assert not looks_english("`kfp.compile` 関数を使います：\n\n```python\nimport kfp\n```")
+    assert not looks_english("Setze im Decorator `@dsl.component(cache=False)`, dann wird die Komponente geladen.")
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

@@ -47,6 +47,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 _URL = re.compile(r"https?://[^\s<>()\[\]`'\"]+")
 _FLAG = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
 _CODE = re.compile(r"`([^`\n]+)`")
+_FENCE = re.compile(r"^ *(```|~~~).*?(?:^ *\1|\Z)", re.DOTALL | re.MULTILINE)
 _IDENT = re.compile(
     r"(?<![\w./-])(?:[A-Za-z_][\w-]*(?:[._/][A-Za-z0-9_-]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+_[A-Za-z0-9_]+"
     r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)"
@@ -191,7 +192,11 @@ class Pool:
 
 def looks_english(text: str) -> bool:
     """True when `text` reads as English: enough of its words are English function words."""
-    tokens = [t.lower() for t in _TOKEN.findall(strip_invisible(text))]
+    text = strip_invisible(text)
+    # code and URLs are no language: an English sentence around `trainer.kubeflow.org/v1alpha1` is
+    # English (their words count only when nothing else is there)
+    prose = _CODE.sub(" ", _FENCE.sub(" ", _URL.sub(" ", text)))
+    tokens = [t.lower() for t in _TOKEN.findall(prose)] or [t.lower() for t in _TOKEN.findall(text)]
     if not tokens:
         return True
     if not any(t.isascii() for t in tokens):
