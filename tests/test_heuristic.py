@@ -142,6 +142,15 @@ def test_markdown_emphasis_is_no_part_of_a_specific() -> None:
     ]
 
 
+def test_a_number_with_thousands_separators_is_one_number() -> None:
+    assert specifics("Katib ran 1,000 trials and 10,000,000 steps.") == ["1,000", "10,000,000"]
+    assert specifics("Open ports 8080,9090 and 443.") == ["8080", "9090", "443"]
+    assert unsupported_specifics("Up to 1,000 trials.", ["maxTrialCount: 1000"]) == ([], 1)
+    assert unsupported_specifics("Up to 2,000 trials.", ["maxTrialCount: 1000"]) == ([], 1)  # 1000 + 1000
+    assert unsupported_specifics("Up to 1,000 trials.", ["maxTrialCount: 1,000"]) == ([], 1)
+    assert unsupported_specifics("Allow 1000 of them.", ["up to 1,000 trials"]) == ([], 1)
+
+
 def test_exempt_specifics_question_placeholders_arithmetic() -> None:
     seen = ["Set `parallelTrialCount: 3` and `maxTrialCount: 12`.", "kubectl get pods -n kubeflow"]
     answer = (

@@ -30,6 +30,14 @@ _PLACEHOLDER = re.compile(
 _NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\w)")
 #: a value runs on through colons without a space (`http://host:9000/x`, `python:3.11`): cut at the
 #: first one, every URL's value was its scheme
+_GROUPED_NUM = re.compile(r"\d{1,3}(?:,\d{3})+")
+_GROUPED_IN_TEXT = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,]|\.\w)")
+
+
+def _ungroup(match: re.Match[str]) -> str:
+    return match.group(0).replace(",", "")
+
+
 _PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])\s*[:=]\s*[\"']?([\w./-]+(?::[\w./-]+)*)[\"']?")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
 _NEGATION = re.compile(
@@ -173,7 +181,11 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             continue  # a path of nested YAML keys, each one seen as a key: `runtimeRef.name`
         if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words for part in item.split("/")):
             continue  # Kubernetes `Kind/name` notation for a seen kind and a seen name
-        if _NUM.fullmatch(needle) and arithmetic(needle, shown):
+        if _GROUPED_NUM.fullmatch(needle) and needle.replace(",", "") in haystack:
+            continue  # `1,000` where the passages write `1000`
+        if _NUM.fullmatch(needle) and needle in _GROUPED_IN_TEXT.sub(_ungroup, haystack):
+            continue  # `1000` where the passages write `1,000`
+        if _NUM.fullmatch(needle.replace(",", "")) and arithmetic(needle.replace(",", ""), shown):
             continue
         missing.append(item)
     return missing, checked

@@ -60,6 +60,8 @@ _ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|vs|a\.k\.a|cf)\.?$", re.IGNORECAS
 _QUANTITY = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%])(?!\w|\.\w)")
 _VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)*(?!\w|\.\w)")
 _NUMBER = re.compile(r"(?<![\w.])\d{2,}(?!\w|\.\w)")
+#: a number with thousands separators (`1,000`, `10,000,000`) is one number, not `1` and `000`
+_GROUPED = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,]|\.\w)")
 
 
 def strip_invisible(text: str) -> str:
@@ -162,7 +164,8 @@ def specifics(answer: str) -> list[str]:
     found += [i.rstrip(".,;:") for i in _IDENT.findall(plain)]
     found += _VERSION.findall(plain)
     found += _QUANTITY.findall(plain)
-    found += _NUMBER.findall(_VERSION.sub(" ", plain))
+    found += _GROUPED.findall(plain)
+    found += _NUMBER.findall(_GROUPED.sub(" ", _VERSION.sub(" ", plain)))
     return [s for s in dict.fromkeys(found) if s and not _ABBREVIATION.match(s)]
 
 
