@@ -86,6 +86,11 @@ def test_english_around_code_is_english() -> None:
     assert not looks_english("Setze im Decorator `@dsl.component(cache=False)`, dann wird die Komponente geladen.")
 
 
+def test_full_width_letters_and_decomposed_accents_meet_the_ordinary_ones() -> None:
+    assert word_set("ＫＦＰでＧＰＵを") >= {"kfp", "gpu"}
+    assert word_set("configuracio\u0301n") == word_set("configuración")
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

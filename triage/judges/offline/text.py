@@ -5,7 +5,8 @@ words are cut at identifier boundaries as well as spaces, so `min_trials_require
 `min`, `trial`, `required`; stems come from a light suffix stripper, so `reused`, `reusing` and
 `reuse` meet, and a compound is stemmed whole as well (`SparkApplications` meets `SparkApplication`,
 `KServe` meets `kserve`); invisible format characters (zero-width spaces, bidi marks) are removed before
-comparing words, but kept where exact strings are compared (grounding).
+comparing words, but kept where exact strings are compared (grounding), and words are compared in NFKC
+form (full-width `ＫＦＰ` meets `KFP`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,15 @@ def strip_invisible(text: str) -> str:
     return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
 
 
+def fold(text: str) -> str:
+    """`text` without format characters and in NFKC form, for comparing words: full-width letters
+    (`ＫＦＰ`, common in Japanese and Chinese text) and decomposed accents (`e` + U+0301, as macOS
+    writes them) become the ordinary ones."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFKC", strip_invisible(text))
+
+
 def squash(text: str) -> str:
     """Lower case, runs of whitespace as one space: how strings are compared."""
     return re.sub(r"\s+", " ", text).strip().lower()
@@ -115,7 +125,7 @@ def words(text: str) -> list[str]:
 
     CJK text has no spaces: each CJK character pair counts as a word there, and the words written
     between CJK characters (`SparkApplicationの設定`) are read as in any other text."""
-    text = strip_invisible(text)
+    text = fold(text)
     out: list[str] = []
     for token in _WORD.findall(text):
         low = token.lower()
@@ -195,7 +205,7 @@ class Pool:
 
 def looks_english(text: str) -> bool:
     """True when `text` reads as English: enough of its words are English function words."""
-    text = strip_invisible(text)
+    text = fold(text)
     # code and URLs are no language: an English sentence around `trainer.kubeflow.org/v1alpha1` is
     # English (their words count only when nothing else is there)
     prose = _CODE.sub(" ", _FENCE.sub(" ", _URL.sub(" ", text)))
