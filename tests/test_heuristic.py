@@ -122,6 +122,12 @@ def test_a_decline_phrase_across_a_line_break_or_odd_space(answer: str) -> None:
     assert declines(answer)
 
 
+def test_a_decline_phrase_in_code_is_a_quotation() -> None:
+    assert not declines("Docker prints `Unable to find image 'trainer:latest' locally`; pull the image first.")
+    assert not declines("The pod logs show:\n\n```\nunable to locate package\n```\n\nAdd the apt source.")
+    assert declines("I could not find `maxRetries` in the docs.")
+
+
 @pytest.mark.parametrize(
     "answer", ["JAX is not supported by Kubeflow Trainer.", "Set `parallelism: 2` on the loop.", ""]
 )

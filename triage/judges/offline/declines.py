@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from triage.judges.offline.text import strip_invisible
+from triage.judges.offline.text import strip_invisible, without_code
 
 _EN = [
     r"\bi (?:do not|don't|didn't|did not) (?:have|find|see|know)\b",
@@ -75,8 +75,9 @@ DECLINE_PATTERNS = re.compile("|".join(_EN + _OTHER), re.IGNORECASE)
 
 def decline_phrases(answer: str) -> list[str]:
     """The decline phrases in `answer`, as written (apostrophes normalised, and any run of whitespace
-    as one space: the patterns spell one, and a phrase wraps at a line end or holds a no-break space)."""
-    text = re.sub(r"\s+", " ", strip_invisible(answer).replace("\u2019", "'"))
+    as one space: the patterns spell one, and a phrase wraps at a line end or holds a no-break space).
+    Code is left out: a quoted error message (`Unable to find image 'x' locally`) is not the agent's."""
+    text = re.sub(r"\s+", " ", without_code(strip_invisible(answer)).replace("\u2019", "'"))
     return [m.group(0) for m in DECLINE_PATTERNS.finditer(text)]
 
 

@@ -81,6 +81,11 @@ def fold(text: str) -> str:
     return unicodedata.normalize("NFKC", strip_invisible(text))
 
 
+def without_code(text: str) -> str:
+    """`text` with its fenced code blocks and inline code spans as a space each: what is left is prose."""
+    return _CODE.sub(" ", _FENCE.sub(" ", text))
+
+
 def squash(text: str) -> str:
     """Lower case, runs of whitespace as one space: how strings are compared."""
     return re.sub(r"\s+", " ", text).strip().lower()
@@ -208,7 +213,7 @@ def looks_english(text: str) -> bool:
     text = fold(text)
     # code and URLs are no language: an English sentence around `trainer.kubeflow.org/v1alpha1` is
     # English (their words count only when nothing else is there)
-    prose = _CODE.sub(" ", _FENCE.sub(" ", _URL.sub(" ", text)))
+    prose = without_code(_URL.sub(" ", text))
     tokens = [t.lower() for t in _TOKEN.findall(prose)] or [t.lower() for t in _TOKEN.findall(text)]
     if not tokens:
         return True
