@@ -16,6 +16,7 @@ from triage.judges.offline.grounding import (
     answer_text,
     arithmetic,
     check,
+    invisible_marks,
     negation_contradictions,
     pairs,
     unsupported_specifics,
@@ -191,6 +192,12 @@ def test_an_invisible_character_inside_a_word_is_not_grounded() -> None:
     passage = "Run kubectl logs my-pod."
     g = check("Run `kube\u200bctl logs my-pod`.", [passage], [passage])
     assert not g.grounded and any("invisible" in u for u in g.unsupported)
+
+
+def test_a_byte_order_mark_or_an_emoji_joiner_is_no_invisible_character_in_a_word() -> None:
+    assert invisible_marks("\ufeffRun `kubectl apply -f pipeline.yaml`.") == []
+    assert invisible_marks("Done \U0001f9d1\u200d\U0001f4bb: run `kubectl apply`.") == []
+    assert invisible_marks("Run `kube\u200bctl apply`.") == ["kubectl (with an invisible character)"]
 
 
 def test_a_swapped_value_contradicts_the_passage() -> None:

@@ -137,12 +137,19 @@ def _seen_call_chain(needle: str, haystack: str, haystack_words: set[str]) -> bo
     return True
 
 
+_EMOJI = "\u2600-\u27bf\U0001f000-\U0001faff"
+_EMOJI_JOINER = re.compile(rf"(?<=[{_EMOJI}\ufe0f])\u200d(?=[{_EMOJI}])")
+
+
 def invisible_marks(answer: str) -> list[str]:
     """Words of the answer with an invisible character inside (`kube\u200bctl`): pasted, they fail."""
     if answer.isascii():
         return []
+    # a byte-order mark opening the text, and the joiner inside an emoji sequence (🧑‍💻), are
+    # invisible by design: no word holds them
+    text = _EMOJI_JOINER.sub("", answer.lstrip().removeprefix("\ufeff"))
     found = []
-    for token in re.findall(r"\S+", answer):
+    for token in re.findall(r"\S+", text):
         stripped = strip_invisible(token)
         if stripped != token and stripped.strip():
             found.append(f"{stripped.strip('`.,;:')} (with an invisible character)")
