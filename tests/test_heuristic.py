@@ -92,6 +92,13 @@ def test_full_width_letters_and_decomposed_accents_meet_the_ordinary_ones() -> N
     assert word_set("configuracio\u0301n") == word_set("configuración")
 
 
+def test_a_doubled_l_before_ed_or_ing_meets_its_base() -> None:
+    assert stem("controlled") == stem("controlling") == stem("control")
+    assert stem("installed") == stem("installing") == stem("install") == stem("installs")
+    assert stem("labelled") == stem("labeled") == stem("label")
+    assert stem("called") == stem("call")
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

@@ -114,6 +114,8 @@ def stem(word: str) -> str:
             break
     if w.endswith("e") and len(w) > 4:
         w = w[:-1]
+    if w.endswith("ll") and len(w) > 4:
+        w = w[:-1]  # controlled -> control, as install -> instal and labelled -> label (labeled)
     return w
 
 
