@@ -99,6 +99,12 @@ def test_a_doubled_l_before_ed_or_ing_meets_its_base() -> None:
     assert stem("called") == stem("call")
 
 
+def test_a_word_in_ie_meets_its_plural() -> None:
+    assert stem("cookie") == stem("cookies")
+    assert stem("movie") == stem("movies")
+    assert stem("tie") == "tie"
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

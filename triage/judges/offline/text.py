@@ -112,7 +112,9 @@ def stem(word: str) -> str:
             if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
                 w = w[:-1]  # running -> run, stopped -> stop
             break
-    if w.endswith("e") and len(w) > 4:
+    if w.endswith("ie") and len(w) > 4:
+        w = w[:-2] + "y"  # cookie, as its plural cookies -> cooky
+    elif w.endswith("e") and len(w) > 4:
         w = w[:-1]
     if w.endswith("ll") and len(w) > 4:
         w = w[:-1]  # controlled -> control, as install -> instal and labelled -> label (labeled)
