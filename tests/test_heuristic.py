@@ -105,6 +105,13 @@ def test_a_word_in_ie_meets_its_plural() -> None:
     assert stem("tie") == "tie"
 
 
+def test_a_verb_in_eed_meets_its_forms() -> None:
+    assert stem("succeed") == stem("succeeded") == stem("succeeding") == stem("succeeds")
+    assert stem("exceed") == stem("exceeded")
+    assert stem("agreed") == stem("agree")
+    assert stem("need") == stem("needed") == stem("needs")
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

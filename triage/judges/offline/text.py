@@ -105,6 +105,8 @@ def stem(word: str) -> str:
     elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
         w = w[:-1]
     for suffix in ("ing", "ed", "ly"):
+        if w.endswith("eed"):
+            break  # no past tense of a verb in -e (succeed, proceed, speed): the -eed rule below
         if suffix == "ly" and w.endswith("ply"):
             break  # a verb in -ply (apply, supply, comply), not an adverb: `apply` is not `app`
         if w.endswith(suffix) and len(w) - len(suffix) >= 3:
@@ -112,6 +114,8 @@ def stem(word: str) -> str:
             if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
                 w = w[:-1]  # running -> run, stopped -> stop
             break
+    if w.endswith("eed"):
+        w = w[:-1]  # succeed, succeeded, succeeding -> succee (then succe); agreed -> agree
     if w.endswith("ie") and len(w) > 4:
         w = w[:-2] + "y"  # cookie, as its plural cookies -> cooky
     elif w.endswith("e") and len(w) > 4:
