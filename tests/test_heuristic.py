@@ -183,6 +183,13 @@ def test_a_number_with_thousands_separators_is_one_number() -> None:
     assert unsupported_specifics("Allow 1000 of them.", ["up to 1,000 trials"]) == ([], 1)
 
 
+def test_a_url_ends_where_cjk_text_begins() -> None:
+    url = "https://www.kubeflow.org/docs/components/pipelines/"
+    assert specifics(f"詳しくは{url}を参照してください。") == [url]
+    assert specifics(f"参见{url}。") == [url]
+    assert specifics(f"見てください（{url}）") == [url]
+
+
 def test_exempt_specifics_question_placeholders_arithmetic() -> None:
     seen = ["Set `parallelTrialCount: 3` and `maxTrialCount: 12`.", "kubectl get pods -n kubeflow"]
     answer = (

@@ -45,7 +45,9 @@ _TOKEN = re.compile(r"[^\W\d_]+", re.UNICODE)
 _ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
-_URL = re.compile(r"https?://[^\s<>()\[\]`'\"]+")
+#: a URL ends where CJK text or punctuation begins (`https://.../を参照`, `https://...。`): Japanese and
+#: Chinese put no space after it
+_URL = re.compile(r"https?://[^\s<>()\[\]`'\"\u3000-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]+")
 _FLAG = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
 _CODE = re.compile(r"`([^`\n]+)`")
 _FENCE = re.compile(r"^ *(```|~~~).*?(?:^ *\1|\Z)", re.DOTALL | re.MULTILINE)
