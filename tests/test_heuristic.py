@@ -190,6 +190,16 @@ def test_a_url_ends_where_cjk_text_begins() -> None:
     assert specifics(f"見てください（{url}）") == [url]
 
 
+def test_specifics_in_cjk_text_without_spaces() -> None:
+    spaced = "Katib では設定 spec.parallelTrialCount を 3 にし、ポート 9090 で metrics_collector を起動。1.9 以降。"
+    assert specifics(spaced.replace(" ", "")) == specifics(spaced) == [
+        "spec.parallelTrialCount",
+        "metrics_collector",
+        "1.9",
+        "9090",
+    ]
+
+
 def test_exempt_specifics_question_placeholders_arithmetic() -> None:
     seen = ["Set `parallelTrialCount: 3` and `maxTrialCount: 12`.", "kubectl get pods -n kubeflow"]
     answer = (

@@ -44,6 +44,7 @@ _TOKEN = re.compile(r"[^\W\d_]+", re.UNICODE)
 #: an acronym's plural (`GPUs`, `APIs`, `CRDs`): the lower-case `s` is the plural, not a word of its own
 _ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u3000-\u303f\uff01-\uff0f\uff1a-\uff20]+")
 
 #: a URL ends where CJK text or punctuation begins (`https://.../を参照`, `https://...。`): Japanese and
 #: Chinese put no space after it
@@ -186,6 +187,8 @@ def specifics(answer: str) -> list[str]:
     found += _FLAG.findall(without_urls)
     found += [c.strip() for c in _CODE.findall(without_urls)]
     plain = _EMPHASIS.sub(_unemphasise, _CODE.sub(" ", without_urls))
+    if not plain.isascii():
+        plain = _CJK_RUN.sub(r" \g<0> ", plain)  # CJK text is no part of a word: `設定spec.x`, `ポート9090で`
     found += [i.rstrip(".,;:") for i in _IDENT.findall(plain)]
     found += _VERSION.findall(plain)
     found += _QUANTITY.findall(plain)
