@@ -252,6 +252,12 @@ def test_a_sentences_period_is_no_part_of_a_value() -> None:
     assert not value_contradictions("ModelRegistry(port=...)", passages)
 
 
+def test_a_yaml_mapping_key_has_no_value() -> None:
+    spec = "objective:\n  type: maximize\n  objectiveMetricName: accuracy\n"
+    assert pairs(spec) == {"type": {"maximize"}, "objectivemetricname": {"accuracy"}}
+    assert value_contradictions("objective:\n  type: minimize", [spec], [spec, "or minimize"])
+
+
 def test_a_url_value_is_read_whole() -> None:
     passages = ['client = ModelRegistry(server_address="http://model-registry-service.kubeflow", port=8080)']
     assert pairs(passages[0])["server_address"] == {"http://model-registry-service.kubeflow"}

@@ -28,8 +28,7 @@ _PLACEHOLDER = re.compile(
     re.IGNORECASE,
 )
 _NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\w)")
-#: a value runs on through colons without a space (`http://host:9000/x`, `python:3.11`): cut at the
-#: first one, every URL's value was its scheme
+#: a number with thousands separators (`1,000`), as a specific and in a text
 _GROUPED_NUM = re.compile(r"\d{1,3}(?:,\d{3})+")
 _GROUPED_IN_TEXT = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,]|\.\w)")
 
@@ -38,7 +37,10 @@ def _ungroup(match: re.Match[str]) -> str:
     return match.group(0).replace(",", "")
 
 
-_PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])\s*[:=]\s*[\"']?([\w./-]+(?::[\w./-]+)*)[\"']?")
+#: a value runs on through colons without a space (`http://host:9000/x`, `python:3.11`): cut at the
+#: first one, every URL's value was its scheme. It is on the key's line: a YAML key that ends its
+#: line (`objective:`) opens a mapping, and its first child key is no value of it
+_PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])[ \t]*[:=][ \t]*[\"']?([\w./-]+(?::[\w./-]+)*)[\"']?")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
 _NEGATION = re.compile(
     r"\b(?:not|no|never|isn't|aren't|doesn't|don't|cannot|can't|won't|neither|nor|without|unsupported)\b",
