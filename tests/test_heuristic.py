@@ -183,6 +183,11 @@ def test_a_number_with_thousands_separators_is_one_number() -> None:
     assert unsupported_specifics("Allow 1000 of them.", ["up to 1,000 trials"]) == ([], 1)
 
 
+def test_a_code_span_with_a_url_is_read_whole() -> None:
+    found = specifics("Point it at the store: `storageUri: s3://models/iris` or `storageUri: http://minio:9000/iris`.")
+    assert found == ["http://minio:9000/iris", "storageUri: s3://models/iris", "storageUri: http://minio:9000/iris"]
+
+
 def test_a_url_ends_where_cjk_text_begins() -> None:
     url = "https://www.kubeflow.org/docs/components/pipelines/"
     assert specifics(f"詳しくは{url}を参照してください。") == [url]

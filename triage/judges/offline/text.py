@@ -185,7 +185,7 @@ def specifics(answer: str) -> list[str]:
     without_urls = _URL.sub(" ", answer)
     found += [u.rstrip(".,;:!?*") for u in _URL.findall(answer)]  # `**https://...**` is bold
     found += _FLAG.findall(without_urls)
-    found += [c.strip() for c in _CODE.findall(without_urls)]
+    found += [c.strip() for c in _CODE.findall(answer)]  # as written, a URL inside too
     plain = _EMPHASIS.sub(_unemphasise, _CODE.sub(" ", without_urls))
     if not plain.isascii():
         plain = _CJK_RUN.sub(r" \g<0> ", plain)  # CJK text is no part of a word: `設定spec.x`, `ポート9090で`
