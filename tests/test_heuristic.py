@@ -263,6 +263,12 @@ def test_a_yaml_mapping_key_has_no_value() -> None:
     assert value_contradictions("objective:\n  type: minimize", [spec], [spec, "or minimize"])
 
 
+def test_free_text_after_a_label_is_no_value() -> None:
+    passages = ["Note: if the controller restarts, trials resume.", "description: How to run a pipeline"]
+    assert not value_contradictions("Note: the trials resume. description: A guide", passages)
+    assert pairs("enabled: no") == {"enabled": {"no"}}
+
+
 def test_a_url_value_is_read_whole() -> None:
     passages = ['client = ModelRegistry(server_address="http://model-registry-service.kubeflow", port=8080)']
     assert pairs(passages[0])["server_address"] == {"http://model-registry-service.kubeflow"}

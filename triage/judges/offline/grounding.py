@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from triage.judges.offline.declines import declines
-from triage.judges.offline.text import looks_english, specifics, squash, strip_invisible, word_set
+from triage.judges.offline.text import STOPWORDS, looks_english, specifics, squash, strip_invisible, word_set
 
 _PLACEHOLDER = re.compile(
     r"<[^<>\s]+>|\$\{?[A-Z_][A-Z0-9_]*\}?|\b(?:my|your|our)(?:[_-][\w.-]*)?\b|\b(?:example|foo|bar)\b|\.\.\.",
@@ -200,6 +200,10 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
     return missing, checked
 
 
+#: a function word after `key:` starts free text; YAML's own words (`yes`, `no`, `on`, ...) are values
+_PROSE_WORDS = STOPWORDS - {"yes", "no", "on", "off", "none", "all", "any", "up", "down"}
+
+
 def pairs(text: str) -> dict[str, set[str]]:
     """`key: value` and `key=value` pairs, keys lower-cased, values as written (quotes dropped, and
     a sentence's closing period: `port=8080.` gives `8080`)."""
@@ -209,6 +213,8 @@ def pairs(text: str) -> dict[str, set[str]]:
         value = written[:-1] if written.endswith(".") and not written.endswith("..") else written
         if key.lower() in ("http", "https") or value.startswith("//"):
             continue
+        if value.lower() in _PROSE_WORDS:
+            continue  # free text (`Note: the ...`, `description: How to ...`): its first word is no value
         out.setdefault(key.lower(), set()).add(value.lower())
     return out
 
