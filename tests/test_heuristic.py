@@ -205,6 +205,14 @@ def test_specifics_in_cjk_text_without_spaces() -> None:
     ]
 
 
+def test_a_number_is_seen_only_as_a_whole_number() -> None:
+    seen = ["The gRPC port is 9090; Kubeflow 1.10 needs 16 GB."]
+    assert unsupported_specifics("Use port 90.", seen)[0] == ["90"]
+    assert unsupported_specifics("It has 10 replicas.", seen)[0] == ["10"]
+    assert unsupported_specifics("Use port 9090 with 16 GB.", seen)[0] == []
+    assert unsupported_specifics("Use port 90.", seen, question="Is port 9090 right?")[0] == ["90"]
+
+
 def test_exempt_specifics_question_placeholders_arithmetic() -> None:
     seen = ["Set `parallelTrialCount: 3` and `maxTrialCount: 12`.", "kubectl get pods -n kubeflow"]
     answer = (

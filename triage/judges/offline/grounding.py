@@ -158,6 +158,10 @@ def invisible_marks(answer: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _whole_number_in(number: str, haystack: str) -> bool:
+    return re.search(rf"(?<![\d.,]){re.escape(number)}(?!\d|[.,]\d)", haystack) is not None
+
+
 def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") -> tuple[list[str], int]:
     """Specifics of `answer` in none of the texts seen, and how many were checked."""
     texts = list(seen)
@@ -169,7 +173,8 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
     checked = 0
     for item in specifics(answer):
         needle = squash(item)
-        if not needle or needle in q:
+        number = _NUM.fullmatch(needle) is not None
+        if not needle or (_whole_number_in(needle, q) if number else needle in q):
             continue
         if _PLACEHOLDER.search(item) and not _seen_call_chain(needle, haystack, haystack_words):
             # a template: what is left once the placeholders are cut out must still be seen
@@ -180,8 +185,8 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
                 missing.append(item)
             continue
         checked += 1
-        if needle in haystack:
-            continue
+        if _whole_number_in(needle, haystack) if number else needle in haystack:
+            continue  # a number is seen as a number: `90` is not inside `9090`, `10` not in `v1.10`
         if " " in needle and all(tok in haystack for tok in needle.split() if len(tok) > 1):
             continue  # a code span made only of seen tokens (a command line, reworded)
         if _seen_call_chain(needle, haystack, haystack_words):
@@ -190,9 +195,9 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             continue  # a path of nested YAML keys, each one seen as a key: `runtimeRef.name`
         if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words for part in item.split("/")):
             continue  # Kubernetes `Kind/name` notation for a seen kind and a seen name
-        if _GROUPED_NUM.fullmatch(needle) and needle.replace(",", "") in haystack:
+        if _GROUPED_NUM.fullmatch(needle) and _whole_number_in(needle.replace(",", ""), haystack):
             continue  # `1,000` where the passages write `1000`
-        if _NUM.fullmatch(needle) and needle in _GROUPED_IN_TEXT.sub(_ungroup, haystack):
+        if number and _whole_number_in(needle, _GROUPED_IN_TEXT.sub(_ungroup, haystack)):
             continue  # `1000` where the passages write `1,000`
         if _NUM.fullmatch(needle.replace(",", "")) and arithmetic(needle.replace(",", ""), shown):
             continue
