@@ -112,6 +112,12 @@ def test_a_verb_in_eed_meets_its_forms() -> None:
     assert stem("need") == stem("needed") == stem("needs")
 
 
+def test_a_two_letter_acronym_counts_as_a_part_too() -> None:
+    assert word_set("AI/ML workloads") >= word_set("AI and ML")
+    assert "ui" in word_set("a UI-based flow")
+    assert "in" not in word_set("built-in")
+
+
 def test_pool_weighs_a_word_no_passage_holds_most() -> None:
     pool = Pool(["katib experiment trial", "katib experiment", "katib"])
     assert pool.idf("tpu") > pool.idf("experiment") > pool.idf("katib")

@@ -144,18 +144,24 @@ def words(text: str) -> list[str]:
     text = fold(text)
     out: list[str] = []
     for token in _WORD.findall(text):
-        low = token.lower()
         if not token.isascii() and _CJK.search(token):
             chars = [c for c in token if _CJK.match(c)]
             out += [a + b for a, b in zip(chars, chars[1:], strict=False)]
             out += words(_CJK.sub(" ", token))  # the words between, as in any text: compounds whole
             continue
         parts = [p for p in _SUBWORD.findall(token) if p]
-        if low not in STOPWORDS and (len(low) >= 3 or (len(low) == 2 and token.isupper())):
+        if _content(token):
             out.append(_stem(token))
         if len(parts) > 1:
-            out += [_stem(p) for p in parts if len(p) >= 3 and p.lower() not in STOPWORDS]
+            out += [_stem(p) for p in parts if _content(p)]
     return out
+
+
+def _content(token: str) -> bool:
+    """A content word: no stopword, three letters or more, or a two-letter acronym (`UI`, `ML`) whole
+    or as a part (`AI/ML`, `UI-based`)."""
+    low = token.lower()
+    return low not in STOPWORDS and (len(low) >= 3 or (len(low) == 2 and token.isupper()))
 
 
 #: texts up to this long are cached: an index chunk is at most 1,800 characters, and a longer text
