@@ -219,6 +219,11 @@ def test_a_number_is_seen_only_as_a_whole_number() -> None:
     assert unsupported_specifics("Use port 90.", seen, question="Is port 9090 right?")[0] == ["90"]
 
 
+def test_function_words_with_a_slash_are_no_identifier() -> None:
+    assert specifics("Set the flag on/off and/or restart the pod.") == []
+    assert specifics("Use kubeflow/pipelines and self.name.") == ["kubeflow/pipelines", "self.name"]
+
+
 def test_exempt_specifics_question_placeholders_arithmetic() -> None:
     seen = ["Set `parallelTrialCount: 3` and `maxTrialCount: 12`.", "kubectl get pods -n kubeflow"]
     answer = (

@@ -184,6 +184,11 @@ def _unemphasise(match: re.Match[str]) -> str:
     return match.group(0) if _DUNDER.fullmatch(match.group(0)) else f" {match.group(2)} "
 
 
+def _prose_pair(ident: str) -> bool:
+    """Function words joined by a slash or a point (`and/or`, `on/off`, `in/out`): prose, no identifier."""
+    return all(part.lower() in STOPWORDS for part in re.split(r"[._/]", ident))
+
+
 def specifics(answer: str) -> list[str]:
     """The checkable specifics of a text (URLs, flags, code spans, identifiers, versions, numbers), in
     order of appearance, without repeats."""
@@ -195,7 +200,7 @@ def specifics(answer: str) -> list[str]:
     plain = _EMPHASIS.sub(_unemphasise, _CODE.sub(" ", without_urls))
     if not plain.isascii():
         plain = _CJK_RUN.sub(r" \g<0> ", plain)  # CJK text is no part of a word: `設定spec.x`, `ポート9090で`
-    found += [i.rstrip(".,;:") for i in _IDENT.findall(plain)]
+    found += [i.rstrip(".,;:") for i in _IDENT.findall(plain) if not _prose_pair(i)]
     found += _VERSION.findall(plain)
     found += _QUANTITY.findall(plain)
     found += _GROUPED.findall(plain)
