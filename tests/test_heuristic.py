@@ -143,6 +143,18 @@ def test_declines_in_several_languages(answer: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "answer",
+    [
+        "We couldn't find a documented way to pause a TrainJob.",
+        "We were unable to locate that setting in the Katib docs.",
+        "We found nothing about GPU quotas for notebooks.",
+    ],
+)
+def test_a_decline_in_the_first_person_plural(answer: str) -> None:
+    assert declines(answer)
+
+
+@pytest.mark.parametrize(
     "answer", ["I could not\nfind it in the docs.", "I could not\u00a0find it.", "The docs  do not  mention it."]
 )
 def test_a_decline_phrase_across_a_line_break_or_odd_space(answer: str) -> None:

@@ -12,11 +12,13 @@ import re
 from triage.judges.offline.text import strip_invisible, without_code
 
 _EN = [
-    r"\bi (?:do not|don't|didn't|did not) (?:have|find|see|know)\b",
-    r"\bi (?:could not|couldn't|can't|cannot|can not|was unable to|am unable to|wasn't able to|was not able to)"
-    r" (?:find|tell|confirm|locate|see|determine|say|answer)\b",
+    # "we" as well as "I": agents speak for their team as often as for themselves
+    r"\b(?:i|we) (?:do not|don't|didn't|did not) (?:have|find|see|know)\b",
+    r"\b(?:i|we) (?:could not|couldn't|can't|cannot|can not|was unable to|am unable to|are unable to|were unable to"
+    r"|wasn't able to|was not able to|weren't able to|were not able to) (?:find|tell|confirm|locate|see|determine"
+    r"|say|answer)\b",
     r"\b(?:unable|not able) to (?:find|locate|confirm)\b",
-    r"\bi found (?:no|nothing|none)\b",
+    r"\b(?:i|we) found (?:no|nothing|none)\b",
     r"\bfound nothing\b",
     r"\bno (?:relevant |specific |such )?(?:information|mention|documentation|details?) (?:about|on|of|regarding|in)\b",
     r"\bno documented (?:way|option|setting|method|support|mechanism|feature)\b",
