@@ -445,3 +445,14 @@ def test_unseen_specifics_are_a_sure_miss_only_where_another_signal_agrees() -> 
     assert _grounding_confidence(Grounding(unsupported=many, checked=6, prose_support=0.9)) == "high"
     mark = ["kubectl (with an invisible character)"]
     assert _grounding_confidence(Grounding(unsupported=mark, checked=2, prose_support=1.0, invisible=mark)) == "high"
+
+
+def test_an_anchor_or_slash_on_a_seen_page_is_no_unsupported_specific() -> None:
+    seen = ["Profiles", "https://www.kubeflow.org/docs/components/central-dash/profiles/"]
+    page = "https://www.kubeflow.org/docs/components/central-dash/profiles"
+    assert unsupported_specifics(f"See {page}/#manage-contributors for details.", seen) == ([], 1)
+    assert unsupported_specifics(f"See {page} for details.", seen) == ([], 1)
+    # another page under the same path is still a claim of its own, and so is a bare host
+    other = "https://www.kubeflow.org/docs/components/central-dash/profiles-admin/#x"
+    assert unsupported_specifics(f"See {other}.", seen)[0] == [other]
+    assert unsupported_specifics("See https://example.org/#top.", seen)[0] == ["https://example.org/#top"]

@@ -123,6 +123,17 @@ _KEY_PATH = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+")
 _KIND_NAME = re.compile(r"[A-Z][A-Za-z]+/[a-z0-9][\w.-]*")
 
 
+def _page_seen(needle: str, haystack: str) -> bool:
+    """A URL whose page is seen: an anchor (`.../profiles/#manage-contributors`) or a missing or
+    extra trailing slash names the same page, no new claim."""
+    if not needle.startswith(("http://", "https://")):
+        return False
+    page = needle.split("#", 1)[0].rstrip("/")
+    if page == needle or page.count("/") < 3:
+        return False  # nothing to take off, or only a host left: the plain check decides
+    return re.search(re.escape(page) + r"(?=[/#\s)\]>\"'`,;]|$)", haystack) is not None
+
+
 def _seen_call_chain(needle: str, haystack: str, haystack_words: set[str]) -> bool:
     """A call or a chain of calls (`kfp.Client().set_user_namespace("<ns>")`) where every link's name
     is seen as a call and every argument word is seen or a placeholder."""
@@ -191,6 +202,8 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             continue  # a code span made only of seen tokens (a command line, reworded)
         if _seen_call_chain(needle, haystack, haystack_words):
             continue  # seen calls with seen arguments: `.set_caching_options(True)`
+        if _page_seen(needle, haystack):
+            continue  # the page is seen; the anchor or slash is the answer's own
         if _KEY_PATH.fullmatch(item) and all(f"{seg.lower()}:" in haystack for seg in item.split(".")):
             continue  # a path of nested YAML keys, each one seen as a key: `runtimeRef.name`
         if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words for part in item.split("/")):
