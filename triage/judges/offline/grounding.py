@@ -21,16 +21,21 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from triage.judges.offline.declines import declines
-from triage.judges.offline.text import STOPWORDS, looks_english, specifics, squash, strip_invisible, word_set
+from triage.judges.offline.text import (
+    GROUPED_NUMBER,
+    STOPWORDS,
+    looks_english,
+    specifics,
+    squash,
+    strip_invisible,
+    word_set,
+)
 
 _PLACEHOLDER = re.compile(
     r"<[^<>\s]+>|\$\{?[A-Z_][A-Z0-9_]*\}?|\b(?:my|your|our)(?:[_-][\w.-]*)?\b|\b(?:example|foo|bar)\b|\.\.\.",
     re.IGNORECASE,
 )
 _NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\w)")
-#: a number with thousands separators (`1,000`), as a specific and in a text
-_GROUPED_NUM = re.compile(r"\d{1,3}(?:,\d{3})+")
-_GROUPED_IN_TEXT = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,]|\.\w)")
 
 
 def _ungroup(match: re.Match[str]) -> str:
@@ -182,6 +187,7 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
     shown = _numbers("\n".join(texts))
     missing: list[str] = []
     checked = 0
+    ungrouped: str | None = None  # the haystack with `1,000` as `1000`, made when first needed
     for item in specifics(answer):
         needle = squash(item)
         number = _NUM.fullmatch(needle) is not None
@@ -208,10 +214,12 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             continue  # a path of nested YAML keys, each one seen as a key: `runtimeRef.name`
         if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words for part in item.split("/")):
             continue  # Kubernetes `Kind/name` notation for a seen kind and a seen name
-        if _GROUPED_NUM.fullmatch(needle) and _whole_number_in(needle.replace(",", ""), haystack):
+        if GROUPED_NUMBER.fullmatch(needle) and _whole_number_in(needle.replace(",", ""), haystack):
             continue  # `1,000` where the passages write `1000`
-        if number and _whole_number_in(needle, _GROUPED_IN_TEXT.sub(_ungroup, haystack)):
-            continue  # `1000` where the passages write `1,000`
+        if number:
+            ungrouped = GROUPED_NUMBER.sub(_ungroup, haystack) if ungrouped is None else ungrouped
+            if _whole_number_in(needle, ungrouped):
+                continue  # `1000` where the passages write `1,000`
         if _NUM.fullmatch(needle.replace(",", "")) and arithmetic(needle.replace(",", ""), shown):
             continue
         missing.append(item)

@@ -65,7 +65,7 @@ _QUANTITY = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%]
 _VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)*(?!\w|\.\w)")
 _NUMBER = re.compile(r"(?<![\w.])\d{2,}(?!\w|\.\w)")
 #: a number with thousands separators (`1,000`, `10,000,000`) is one number, not `1` and `000`
-_GROUPED = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,]|\.\w)")
+GROUPED_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,]|\.\w)")
 
 
 def strip_invisible(text: str) -> str:
@@ -203,8 +203,8 @@ def specifics(answer: str) -> list[str]:
     found += [i.rstrip(".,;:") for i in _IDENT.findall(plain) if not _prose_pair(i)]
     found += _VERSION.findall(plain)
     found += _QUANTITY.findall(plain)
-    found += _GROUPED.findall(plain)
-    found += _NUMBER.findall(_GROUPED.sub(" ", _VERSION.sub(" ", plain)))
+    found += GROUPED_NUMBER.findall(plain)
+    found += _NUMBER.findall(GROUPED_NUMBER.sub(" ", _VERSION.sub(" ", plain)))
     return [s for s in dict.fromkeys(found) if s and not _ABBREVIATION.match(s)]
 
 
