@@ -61,6 +61,7 @@ async def figures(
         config.search.use_comment,
         max_query_chars=config.search.max_query_chars,
         use_agent_queries=config.search.use_agent_queries,
+        max_more=config.search.judge_queries,
     )
     research: dict[str, list[Passage]] = {}
     for case in cases:
@@ -88,11 +89,24 @@ async def figures(
         f"{len(source_in)}; passages per trace {min(sizes)}-{max(sizes)} "
         f"(mean {sum(sizes) / len(sizes):.1f})"
     )
-    for case in answerable:
-        if case not in shown:
-            print(
-                f"  re-search miss: {case['id']} ({case['facts']['answer_collection']}) {case['question'][:70]!r}"
+    missed = [case for case in answerable if case not in shown]
+    for case in missed:
+        print(f"  re-search miss: {case['id']} ({case['facts']['answer_collection']}) {case['question'][:70]!r}")
+    if missed:
+        # what the model judge's own search (`search.judge_queries`) brings where the re-search
+        # missed, with the perfect model's queries (the labelled `needs`, the docs' own words)
+        recovered = [
+            c
+            for c in missed
+            if holds_all(
+                c["needs"],
+                shown_texts(await researcher.more(c["needs"][:2], research[c["id"]]), traces[c["id"]].question),
             )
+        ]
+        print(
+            f"  after the judge's own search (up to {config.search.judge_queries} queries; the perfect "
+            f"model's): shown in {len(recovered)} of these {len(missed)}"
+        )
 
     # -- the cascade's cheap shortcuts: where each fires, is what it decides the label?
     cheap_judge = HeuristicJudge()

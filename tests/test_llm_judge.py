@@ -272,7 +272,7 @@ async def test_valid_replies_give_verified_facts(server: OpenAIServer, client: o
         assert request.body["temperature"] == 0
         assert request.headers["authorization"] == "Bearer test"
     assert judge.name == "llm:judge-test"
-    assert re.fullmatch(r"containment-v1\+grounding-v1\+retry-v1@[0-9a-f]{8}", judge.prompt_version or "")
+    assert re.fullmatch(r"containment-v2\+grounding-v1\+retry-v1@[0-9a-f]{8}", judge.prompt_version or "")
 
 
 @pytest.mark.anyio

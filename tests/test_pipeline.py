@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -255,7 +256,7 @@ class FailingJudge(HeuristicJudge):
         self.trace_id, self.error = trace_id, error
 
     async def judge(
-        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts
+        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts, **_: Any
     ) -> Facts:
         if trace.id == self.trace_id:
             raise self.error

@@ -115,6 +115,7 @@ def make_judge(spec: str | None, settings: Settings, config: TriageConfig, budge
             default_component=config.agent.default_component,
             concurrency=config.judge.concurrency,
             budget=budget,
+            search_again=config.search.judge_queries,
         )
         if spec == "llm":
             return model_judge

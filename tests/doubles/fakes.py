@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from triage.domain.ports import SourceStats
+from triage.domain.ports import SearchMore, SourceStats
 from triage.domain.records import (
     Facts,
     Observation,
@@ -110,6 +110,7 @@ class FakeJudge:
         *,
         grounding: bool = True,
         containment: bool = True,
+        search_more: SearchMore | None = None,
     ) -> Facts:
         self.history.append(JudgeCall(trace.id, research, comment, grounding, base))
         queue = self._by_trace.get(trace.id) or self._queue

@@ -27,7 +27,10 @@ Its replies, per call:
   every `needs` string, citing the fewest passages that do (greedy cover, best covering first), each
   with a quote copied from the passage around a needed string; `partial` when they hold some;
   `no_answer` otherwise, and always for a case with no `needs` (a content gap). The component is the
-  labelled one; `injection_suspected` follows the case's injection tags.
+  labelled one; `injection_suspected` follows the case's injection tags. Where it is asked whether
+  to search again and the labels say the index holds the answer that no set shown holds, its
+  queries are the first two `needs` strings: the docs' own words, which a model that knows the
+  docs would use (a content gap gets none).
 - grounding (call B): the labelled `answer_grounded` and `answer_declined`. A grounded answer's
   claims are the `needs` strings it contains, each `supported` with a quote from the block (R.. or
   T..) where it was found; a needed string found in no block it was shown is `unsupported` (the
@@ -157,6 +160,10 @@ class PerfectResponder:
         names = _component_names(body)
         name = case.component if not names or case.component in names else names[-1]
         reply["component"] = {"reasoning": "the labelled component", "name": name}
+        if _asks_search_again(body):
+            answered = any(reply[k]["verdict"] == "contains_answer" for k in ("retrieved", "research") if k in reply)
+            queries = case.needs[:2] if case.facts.get("index_has_answer") and not answered else []
+            reply["search_again"] = {"reasoning": "the labelled answer's own words", "queries": queries}
         return reply
 
     # -- call B ---------------------------------------------------------------------------------
@@ -262,6 +269,13 @@ def _find(need: str, sources: Sequence[tuple[str, list[str]]]) -> tuple[str, str
 def _decline_quote(answer: str) -> str:
     sentences = [s.strip() for s in _SENTENCE.findall(answer) if len(s.strip()) >= 8]
     return next((s for s in sentences if _DECLINE.search(s)), sentences[0] if sentences else answer.strip())
+
+
+def _asks_search_again(body: Mapping[str, Any]) -> bool:
+    """From the schema sent, or (a server without json_schema) from the system prompt's REPLY."""
+    schema = body.get("response_format", {}).get("json_schema", {}).get("schema", {})
+    system = next((m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "system"), "")
+    return "search_again" in schema.get("properties", {}) or '"search_again"' in system
 
 
 def _component_names(body: Mapping[str, Any]) -> list[str]:

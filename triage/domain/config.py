@@ -62,6 +62,8 @@ class SearchConfig(_Section):
     use_agent_queries: bool = True
     #: the search server's longest query; a longer question (plus comment) is cut to it
     max_query_chars: int = Field(default=512, ge=16)
+    #: queries of its own a model judge may search when no passage shown holds the answer (0: none)
+    judge_queries: int = Field(default=2, ge=0, le=5)
 
 
 class Component(_Section):

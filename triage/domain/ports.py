@@ -6,6 +6,7 @@
 - `ScoreReader`: every score of some names in a window (people's labels, the job's own verdicts).
 - `Searcher`: an independent search of the index (the MCP server, or the embedded index).
 - `Judge`: turns a trace (and the re-searched passages) into `Facts`.
+- `SearchMore`: a judge's own follow-up search, in its words, for the trace it is judging.
 
 The three data ports are synchronous (the engine calls them from a worker thread, in batches);
 Langfuse and the store implement all three, and count their requests in a `SourceStats`.
@@ -14,7 +15,7 @@ Langfuse and the store implement all three, and count their requests in a `Sourc
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -101,6 +102,12 @@ class Searcher(Protocol):
     async def search(self, query: str, collection: str, top_k: int) -> list[Passage]: ...
 
 
+#: a judge's follow-up search for one trace: its queries (in the index's vocabulary, where the
+#: question's words missed) against every collection, the passages not yet seen, numbered on from
+#: the re-search's S ids; [] when nothing new was found or the search failed
+SearchMore = Callable[[Sequence[str]], Awaitable[list[Passage]]]
+
+
 class Judge(Protocol):
     """Establishes facts about one trace. Raises `JudgeError` (or `JudgeRejected`)."""
 
@@ -128,10 +135,12 @@ class Judge(Protocol):
         *,
         grounding: bool = True,
         containment: bool = True,
+        search_more: SearchMore | None = None,
     ) -> Facts:
         """Return `base` (the facts the trace proves) completed with the judged facts. A judge that
         `can_skip_grounding` honours `grounding=False` (`answer_grounded` and `answer_declined` stay
-        as in `base`) and `containment=False` (the containment facts stay as in `base`)."""
+        as in `base`) and `containment=False` (the containment facts stay as in `base`). A judge
+        may use `search_more` when the passages it was given do not hold the answer."""
         ...
 
     async def aclose(self) -> None:

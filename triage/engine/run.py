@@ -127,6 +127,7 @@ async def _run(
                     config.search.use_comment,
                     max_query_chars=config.search.max_query_chars,
                     use_agent_queries=config.search.use_agent_queries,
+                    max_more=config.search.judge_queries,
                 )
                 if live is not None
                 else None

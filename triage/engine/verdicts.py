@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import IO
 
@@ -10,7 +11,7 @@ from triage.domain.confidence import facts_used
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry, Findings, shorten
 from triage.domain.ownership import choose_component, owners
-from triage.domain.ports import Judge
+from triage.domain.ports import Judge, SearchMore
 from triage.domain.records import (
     Evidence,
     Facts,
@@ -103,6 +104,12 @@ class VerdictMaker:
         self.facts_out = facts_out
         self.gate = asyncio.Semaphore(concurrency)
 
+    def _more(self, research: list[Passage] | None) -> SearchMore | None:
+        """The judge's follow-up search for this trace, where there was a re-search to follow up."""
+        if research is None or self.researcher is None or self.researcher.max_more == 0:
+            return None
+        return functools.partial(self.researcher.more, known=research)
+
     async def triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreWrite]] | None:
         """The entry and its scores; None when the trace is listed as undecided instead."""
         comment = "\n".join(comments(votes)) or None
@@ -120,7 +127,7 @@ class VerdictMaker:
                 except SearchError as ex:
                     search_problem = str(ex)
             try:
-                facts = await judge.judge(trace, research, comment, base)
+                facts = await judge.judge(trace, research, comment, base, search_more=self._more(research))
             except JudgeRejected as ex:
                 self.ledger.skip(votes, trace.id, "rejected", f"judge output rejected: {ex}", trace.question)
                 return None

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from triage.domain.confidence import facts_used
-from triage.domain.ports import Judge
+from triage.domain.ports import Judge, SearchMore
 from triage.domain.records import JUDGED_FACTS, Facts, Passage, Trace, Usage, decided_by
 
 _CONTAINMENT = ("retrieved_has_answer", "index_has_answer", "answer_collection")
@@ -67,6 +67,7 @@ class CascadeJudge:
         *,
         grounding: bool = True,
         containment: bool = True,
+        search_more: SearchMore | None = None,
     ) -> Facts:
         cheap = decided_by(await self.cheap.judge(trace, research, comment, base), self.cheap.name)
         if not base.agent_searched:
@@ -79,7 +80,7 @@ class CascadeJudge:
         if not self.model.can_skip_grounding:
             # a model judge that makes both calls or none
             self.routes["model"] += 1
-            judged = await self.model.judge(trace, research, comment, base)
+            judged = await self.model.judge(trace, research, comment, base, search_more=search_more)
             return self._merged(judged, cheap)
         if not need_a:
             self.routes["grounding"] += 1
@@ -87,7 +88,9 @@ class CascadeJudge:
             judged = await self.model.judge(trace, research, comment, start, containment=False)
             return self._merged(judged, cheap)
         start = self._keeping(base, cheap, _GROUNDING_KEPT)
-        judged = await self.model.judge(trace, research, comment, start, grounding=False)
+        judged = await self.model.judge(
+            trace, research, comment, start, grounding=False, search_more=search_more
+        )
         if not self.grounding_needed(judged, cheap):
             self.routes["containment"] += 1
             return self._merged(judged, cheap)

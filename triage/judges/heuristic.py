@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from triage.domain.ports import SearchMore
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
 from triage.judges import guard
 from triage.judges.offline import containment as cont
@@ -226,6 +227,7 @@ class HeuristicJudge:
         *,
         grounding: bool = True,
         containment: bool = True,
+        search_more: SearchMore | None = None,
     ) -> Facts:
         sig = signals(trace, research)
         retrieved, in_index, holder, evidence = _containment_facts(sig)

@@ -78,7 +78,7 @@ def template_version(name: str) -> str:
 
 
 def prompt_version(names: Sequence[str]) -> str:
-    """E.g. "containment-v1+grounding-v1@3f2a9c1d": declared versions plus a hash of all the text."""
+    """E.g. "containment-v2+grounding-v1@3f2a9c1d": declared versions plus a hash of all the text."""
     digest = hashlib.sha256()
     versions: list[str] = []
     for name in names:

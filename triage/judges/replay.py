@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from triage.domain.ports import SearchMore
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
 from triage.errors import InputError, JudgeError
 
@@ -173,6 +174,7 @@ class ReplayJudge:
         *,
         grounding: bool = True,
         containment: bool = True,
+        search_more: SearchMore | None = None,
     ) -> Facts:
         recorded = self._facts.get(trace.id)
         if recorded is None:

@@ -42,6 +42,9 @@ class Researcher:
     merged rank by rank (every list's first result, then every list's second, ...), so no variant or
     collection crowds out the others' best results.
 
+    `more` is the judge's follow-up search (`max_more` queries of its own, in the index's
+    vocabulary): the one way past a question whose words are not the docs' words.
+
     The cache is bounded (least recently used out) so memory stays flat however large the window:
     256 queries, far more than are in flight at once (concurrency x collections x variants).
     """
@@ -55,8 +58,10 @@ class Researcher:
         cache_size: int = 256,
         max_query_chars: int = 512,
         use_agent_queries: bool = True,
+        max_more: int = 2,
     ) -> None:
         self.searcher = searcher
+        self.max_more = max_more
         self.max_query_chars = max_query_chars
         self.collections = list(collections)
         self.top_k = top_k
@@ -103,20 +108,47 @@ class Researcher:
                 raise failure  # a cancellation is not a failed query
         # one query variant refused (its own limit, a tool error): the others still count
         results = [o for o in outcomes if not isinstance(o, BaseException)]
-        passages: list[Passage] = []
-        seen: set[tuple[str | None, str]] = set()
-        depth = max((len(found) for found in results), default=0)
-        for rank in range(depth):
-            for found in results:
-                if rank >= len(found):
-                    continue
-                passage = found[rank]
-                key = (passage.source_url, passage.text[:200])
-                if key in seen:
-                    continue
-                seen.add(key)
-                passages.append(passage.model_copy(update={"id": f"S{len(passages) + 1}"}))
-        return passages
+        return merged(results, [])
+
+    async def more(self, queries: Sequence[str], known: Sequence[Passage]) -> list[Passage]:
+        """A judge's follow-up search (`triage.domain.ports.SearchMore`): at most `max_more`
+        queries, each in every collection, the passages not in `known` (the re-search's) numbered
+        on from them, at most `top_k` per query. Never raises `SearchError`: the follow-up is extra
+        evidence, so a failed one leaves the judge's verdict on what it had."""
+        wanted = [q for q in dict.fromkeys(cap_query(q, self.max_query_chars) for q in queries) if q]
+        wanted = wanted[: self.max_more]
+        if not wanted:
+            return []
+        tasks = [self._search(q, c) for c in self.collections for q in wanted]
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # a cancellation is not a failed query
+        results = [o for o in outcomes if not isinstance(o, BaseException)]
+        return merged(results, known)[: self.top_k * len(wanted)]
+
+
+def merged(results: Sequence[Sequence[Passage]], known: Sequence[Passage]) -> list[Passage]:
+    """Result lists merged rank by rank (every list's first result, then every list's second, ...),
+    each chunk once and none of `known`, numbered S1.. on from `known`."""
+    seen = {_chunk_key(p) for p in known}
+    passages: list[Passage] = []
+    depth = max((len(found) for found in results), default=0)
+    for rank in range(depth):
+        for found in results:
+            if rank >= len(found):
+                continue
+            passage = found[rank]
+            key = _chunk_key(passage)
+            if key in seen:
+                continue
+            seen.add(key)
+            passages.append(passage.model_copy(update={"id": f"S{len(known) + len(passages) + 1}"}))
+    return passages
+
+
+def _chunk_key(passage: Passage) -> tuple[str | None, str]:
+    return (passage.source_url, passage.text[:200])
 
 
 def agent_queries(trace: Trace) -> list[str]:

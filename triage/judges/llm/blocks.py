@@ -63,6 +63,10 @@ class PassageSet:
     passages: list[dict[str, str]] = field(default_factory=list)
     blocks: dict[str, Block] = field(default_factory=dict)
 
+    def joined(self, more: PassageSet) -> PassageSet:
+        """This set and a follow-up's passages (ids numbered on, so none is shadowed) as one set."""
+        return PassageSet(self.key, self.prefix, [*self.passages, *more.passages], {**self.blocks, **more.blocks})
+
 
 def passage_set(
     key: SetKey, prefix: str, passages: Sequence[Passage], nonce: str, focus: str = ""

@@ -26,6 +26,7 @@ and the layer facts of the reply stand.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ import openai
 from pydantic import BaseModel
 
 from triage.domain.config import Component
+from triage.domain.ports import SearchMore
 from triage.domain.records import Facts, Passage, Trace, Usage
 from triage.errors import ConfigError, JudgeError, JudgeRejected, leaves
 from triage.judges import guard, prompts
@@ -90,6 +92,7 @@ class LLMJudge:
         clock: Clock | None = None,
         budget: Budget | None = None,
         recent_traces: int = RECENT_TRACES,
+        search_again: int = 2,
     ) -> None:
         if not components:
             raise ConfigError("the LLM judge needs a component catalogue")
@@ -103,6 +106,8 @@ class LLMJudge:
             default_component if default_component in components else next(iter(components))
         )
         self.product = product
+        #: queries of its own the model may have searched where no set shown holds the answer
+        self.search_again = search_again
         self.facts = FactMaker(components, partial_is_answer)
         retry = RetryPolicy(
             attempts=max_retries + 1,
@@ -149,6 +154,7 @@ class LLMJudge:
         *,
         grounding: bool = True,
         containment: bool = True,
+        search_more: SearchMore | None = None,
     ) -> Facts:
         """`base` completed with the judged facts. With `grounding=False` (or no search call) call B
         is not made and `answer_grounded`/`answer_declined` stay as in `base`; with
@@ -160,7 +166,7 @@ class LLMJudge:
             # both calls at once (half the latency per trace); one failing cancels the other
             async with asyncio.TaskGroup() as group:
                 task_a = (
-                    group.create_task(self._containment(trace, research, comment, usage))
+                    group.create_task(self._containment_searching(trace, research, comment, usage, search_more))
                     if containment or not base.agent_searched
                     else None
                 )
@@ -175,7 +181,9 @@ class LLMJudge:
         grounded_reply = task_b.result() if task_b else None
         if task_a is None:
             return self.facts.grounding_only(base, grounded_reply, findings)
-        reply, r_set, s_set = task_a.result()
+        reply, r_set, s_set, found = task_a.result()
+        if found:  # the judge's own search brought passages the detector has not read yet
+            findings += guard.injection_findings([(f"passage {p.id}", f"{p.title or ''}\n{p.text}") for p in found])
         if reply.component.name not in self.components:
             # not a reason to reject the reply: the pick is discarded, the layer facts stand
             log.info(
@@ -188,15 +196,85 @@ class LLMJudge:
 
     # -- call A ---------------------------------------------------------------------------------
 
+    async def _containment_searching(
+        self,
+        trace: Trace,
+        research: list[Passage] | None,
+        comment: str | None,
+        usage: Usage,
+        search_more: SearchMore | None,
+    ) -> tuple[ContainmentReply, PassageSet, PassageSet | None, list[Passage]]:
+        """Call A, and where no set holds the answer and the model names queries in the docs'
+        vocabulary, those searched and call A again over the new passages only (S6.., never the
+        answer): the one way past a question whose words are not the docs' words."""
+        asking = self.search_again if search_more is not None and research is not None else 0
+        reply, r_set, s_set = await self._containment(trace, research, comment, usage, search_again=asking)
+        queries = [q for q in (reply.search_again.queries if reply.search_again else []) if q.strip()]
+        if not asking or not queries or s_set is None or self._answered(reply, r_set, s_set):
+            return reply, r_set, s_set, []
+        assert search_more is not None
+        found = await search_more(queries[:asking])
+        if not found:
+            return reply, r_set, s_set, []
+        more, _, more_set = await self._containment(trace, None, comment, usage, only=found)
+        if more_set is None or not more_set.passages or more.research is None:
+            return reply, r_set, s_set, found
+        log.info(
+            "trace %s: the judge searched %d queries of its own; %d new passages, %s",
+            trace.id,
+            len(queries[:asking]),
+            len(found),
+            more.research.verdict,
+            extra={"event": "judge_search"},
+        )
+        merged = self._with_more(reply, s_set, more, queries[:asking])
+        return merged, r_set, s_set.joined(more_set), found
+
+    def _answered(self, reply: ContainmentReply, r_set: PassageSet, s_set: PassageSet) -> bool:
+        verdicts = [reply.retrieved if r_set.passages else None, reply.research if s_set.passages else None]
+        return any(v is not None and self.facts.maps_to_answer(v) for v in verdicts)
+
+    @staticmethod
+    def _with_more(
+        reply: ContainmentReply, s_set: PassageSet, more: ContainmentReply, queries: list[str]
+    ) -> ContainmentReply:
+        """`reply` with the re-search's verdict taken from the follow-up where it says more (an
+        answer, or part of one, where there was less); injection flags from either."""
+        rank = {"no_answer": 0, "partial": 1, "contains_answer": 2}
+        before = reply.research if s_set.passages else None
+        after = more.research
+        assert after is not None
+        update: dict[str, Any] = {
+            "injection_suspected": reply.injection_suspected or more.injection_suspected,
+            "injection_note": "; ".join(n for n in (reply.injection_note, more.injection_note) if n),
+        }
+        if before is None or rank[after.verdict] > rank[before.verdict]:
+            searched = "; ".join(json.dumps(q[:80], ensure_ascii=False) for q in queries)
+            update["research"] = after.model_copy(
+                update={"reasoning": f"after the judge searched {searched}: {after.reasoning}"}
+            )
+        return reply.model_copy(update=update)
+
     async def _containment(
-        self, trace: Trace, research: list[Passage] | None, comment: str | None, usage: Usage
+        self,
+        trace: Trace,
+        research: list[Passage] | None,
+        comment: str | None,
+        usage: Usage,
+        *,
+        search_again: int = 0,
+        only: list[Passage] | None = None,
     ) -> tuple[ContainmentReply, PassageSet, PassageSet | None]:
+        """One call A. `only`: a follow-up over these passages alone, asked as the research set."""
         nonce = prompts.new_nonce()
         # what does not fit is chosen by relevance to the question (never to the answer: not shown here)
         focus = trace.question
         r_set = passage_set("retrieved", "R", trace.passages, nonce, focus)
         s_set = passage_set("research", "S", research, nonce, focus) if research is not None else None
         asked = [s for s in (r_set, s_set) if s is not None and s.passages]
+        if only is not None:
+            s_set = passage_set("research", "S", only, nonce, focus)
+            asked = [s_set]
         catalogue = [
             (name, ", ".join(c.keywords) if c.keywords else "(anything else)")
             for name, c in self.components.items()
@@ -208,6 +286,7 @@ class LLMJudge:
             sets=asked,
             catalogue=catalogue,
             default_component=self.default_component,
+            search_again=search_again,
         )
         user = prompts.render(
             "containment_user.j2",
@@ -216,7 +295,7 @@ class LLMJudge:
             comment=prompts.encode(prompts.clean(comment, CAP_COMMENT, nonce) if comment else None),
             sets=asked,
         )
-        schema = containment_schema([s.key for s in asked], list(self.components))
+        schema = containment_schema([s.key for s in asked], list(self.components), search_again > 0)
         reply = await self._ask(
             "containment",
             system,

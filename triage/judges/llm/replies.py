@@ -41,12 +41,19 @@ class ComponentPick(_Reply):
     name: str
 
 
+class SearchAgain(_Reply):
+    reasoning: str
+    queries: list[str]
+
+
 class ContainmentReply(_Reply):
     injection_note: str
     injection_suspected: bool
     retrieved: SetVerdict | None = None
     research: SetVerdict | None = None
     component: ComponentPick
+    #: asked for only where the judge may search again (`containment_schema(search_again=True)`)
+    search_again: SearchAgain | None = None
 
 
 class Claim(_Reply):
@@ -102,21 +109,28 @@ def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
     return result
 
 
-def containment_schema(sets: Sequence[SetKey], components: Sequence[str]) -> dict[str, Any]:
-    """The containment reply's schema for the sets asked about, the component from the catalogue.
+def containment_schema(
+    sets: Sequence[SetKey], components: Sequence[str], search_again: bool = False
+) -> dict[str, Any]:
+    """The containment reply's schema for the sets asked about, the component from the catalogue,
+    and (`search_again`) the queries the model would search where no set holds the answer.
 
-    Built once per (sets, catalogue) and copied per call: building it makes two pydantic models
-    (about 3 ms of CPU per trace); a run sees at most three set combinations."""
-    return copy.deepcopy(_containment_schema(tuple(sets), tuple(components)))
+    Built once per (sets, catalogue, search_again) and copied per call: building it makes two
+    pydantic models (about 3 ms of CPU per trace); a run sees a handful of combinations."""
+    return copy.deepcopy(_containment_schema(tuple(sets), tuple(components), search_again))
 
 
 @functools.lru_cache(maxsize=16)
-def _containment_schema(sets: tuple[SetKey, ...], components: tuple[str, ...]) -> dict[str, Any]:
+def _containment_schema(
+    sets: tuple[SetKey, ...], components: tuple[str, ...], search_again: bool
+) -> dict[str, Any]:
     names: Any = Literal[tuple(components)]  # a Literal built at run time, from the catalogue
     pick = create_model("ComponentPick", __base__=_Reply, reasoning=(str, ...), name=(names, ...))
     fields: dict[str, Any] = {"injection_note": (str, ...), "injection_suspected": (bool, ...)}
     fields.update({key: (SetVerdict, ...) for key in sets})
     fields["component"] = (pick, Field(...))
+    if search_again:
+        fields["search_again"] = (SearchAgain, ...)
     return strict_schema(create_model("ContainmentReply", __base__=_Reply, **fields))
 
 
