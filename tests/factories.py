@@ -96,3 +96,27 @@ def session_vote(
 
 def lines(*rows: dict[str, Any]) -> list[str]:
     return [json.dumps(r) for r in rows]
+
+
+KATIB_URL = "https://www.kubeflow.org/docs/components/katib/experiment/"
+
+
+def katib_traces(prefix: str, n: int, at: datetime) -> list[dict[str, Any]]:
+    """`n` thumbs-down katib traces, answered from their one retrieved passage, `at` minus i minutes:
+    a small night on a Langfuse stand-in."""
+    return [
+        trace_line(
+            f"{prefix}{i}",
+            f"How do I configure a katib experiment trial {i}?",
+            "Use the trial template in the experiment spec.",
+            [
+                (
+                    "search_kubeflow_docs",
+                    KATIB_URL,
+                    "A katib experiment configures each trial with a trial template.",
+                )
+            ],
+            at=at - timedelta(minutes=i),
+        )
+        for i in range(n)
+    ]

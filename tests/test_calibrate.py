@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.doubles.langfuse_server import LangfuseStandIn
-from tests.factories import trace_line
+from tests.factories import katib_traces
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
 from triage.calibration.agreement import agreement, cohen_kappa
 from triage.calibration.calibrate import calibrate
@@ -279,17 +279,7 @@ def test_the_gate_exits_6_below_min_kappa_and_0_without_a_gate(tmp_path: Path) -
 @pytest.mark.slow
 def test_calibrate_reads_annotation_scores_from_langfuse_end_to_end(openapi: Any) -> None:  # noqa: F811
     now = datetime.now(UTC)
-    katib = "https://www.kubeflow.org/docs/components/katib/experiment/"
-    records = [
-        trace_line(
-            f"c{i}",
-            f"How do I configure a katib experiment trial {i}?",
-            "Use the trial template in the experiment spec.",
-            [("search_kubeflow_docs", katib, "A katib experiment configures each trial with a trial template.")],
-            at=now - timedelta(hours=3, minutes=i),
-        )
-        for i in range(4)
-    ]
+    records = katib_traces("c", 4, now - timedelta(hours=3))
     with LangfuseStandIn(records=records) as server:
         env = server.env
         ran = CliRunner().invoke(

@@ -19,13 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.doubles.langfuse_server import LangfuseStandIn
-from tests.factories import trace_line
+from tests.factories import katib_traces
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "imported-packages:"
-KATIB = "https://www.kubeflow.org/docs/components/katib/experiment/"
 
 # run the real entry point; list the top-level packages at exit (after the command's sys.exit)
 PROBE = f"""
@@ -66,16 +65,7 @@ def test_feedback_on_the_embedded_store_with_the_heuristic_judge(tmp_path: Path)
 
 def test_feedback_on_langfuse_does_not_import_the_langfuse_sdk() -> None:
     now = datetime.now(UTC)
-    traces = [
-        trace_line(
-            f"t{i}",
-            f"How do I configure a katib experiment trial {i}?",
-            "Use the trial template in the experiment spec.",
-            [("search_kubeflow_docs", KATIB, "A katib experiment configures each trial with a trial template.")],
-            at=now - timedelta(hours=2, minutes=i),
-        )
-        for i in range(3)
-    ]
+    traces = katib_traces("t", 3, now - timedelta(hours=2))
     with LangfuseStandIn(records=traces) as server:
         env = server.env
         loaded, _ = packages(["feedback", "--since-hours", "24", "--write", "--judge", "heuristic"], env)

@@ -95,7 +95,7 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
         holder = c.retrieved_best.passage
     elif index and c.researched:
         ranked = sorted(
-            [s for s in c.researched if s.on_topic],
+            cont.on_topic(c.researched),
             key=lambda s: (round(s.coverage, 2), c.elsewhere_best is not None and s is c.elsewhere_best),
             reverse=True,
         )

@@ -78,6 +78,11 @@ class Scored:
         return self.topic >= TOPIC_SHARE
 
 
+def on_topic(scored: Sequence[Scored] | None) -> list[Scored]:
+    """The re-searched passages that may count for the index (none of the lexical traps)."""
+    return [s for s in scored or [] if s.on_topic]
+
+
 @dataclass
 class Containment:
     """What the containment scores found for one trace."""
@@ -159,7 +164,7 @@ def contain(
             support = sum(squash(s) in held for s in wanted) / len(wanted)
     r_best = max(r_scored, key=lambda s: s.coverage, default=None)
     r_texts = [squash(p.text) for p in retrieved]
-    candidates = [s for s in s_scored or [] if s.on_topic]
+    candidates = on_topic(s_scored)
     elsewhere = [
         s
         for s in candidates
