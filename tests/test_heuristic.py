@@ -410,6 +410,20 @@ def test_containment_a_decline_is_believed_at_moderate_coverage() -> None:
     assert believed.hold_threshold > plain.hold_threshold
 
 
+def test_containment_a_retrieved_passage_re_found_holds_the_answer_no_better_for_the_index() -> None:
+    # an agent that read PAGE and declined: PAGE does not hold the answer for it (a decline is
+    # believed up to 0.85), so PAGE found again by the re-search is no evidence the index holds it
+    q = "What are the defaults of min_trials_required and start_step in a Katib notebook?"
+    found = cont.contain(q, "", [], [PAGE], [PAGE, *NOISE], answer_counts=False, declined=True)
+    assert cont.INDEX_THRESHOLD <= found.retrieved[0].coverage < cont.DECLINED_HOLD_THRESHOLD
+    assert not found.retrieved_holds and found.index_holds is False
+    # the same text on a page the agent was not shown does count
+    text = "In Katib, min_trials_required defaults to 3 and start_step to 4."
+    other = PAGE.model_copy(update={"id": "S9", "source_url": "https://docs/y", "text": text})
+    found = cont.contain(q, "", [], [PAGE], [PAGE, *NOISE, other], answer_counts=False, declined=True)
+    assert found.index_holds is True
+
+
 @pytest.mark.anyio
 async def test_the_judge_states_a_confidence_for_every_fact() -> None:
     trace = Trace(

@@ -93,13 +93,8 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
     holder: Passage | None = None
     if retrieved and c.retrieved_best:
         holder = c.retrieved_best.passage
-    elif index and c.researched:
-        ranked = sorted(
-            cont.on_topic(c.researched),
-            key=lambda s: (round(s.coverage, 2), c.elsewhere_best is not None and s is c.elsewhere_best),
-            reverse=True,
-        )
-        holder = ranked[0].passage
+    elif index and c.elsewhere_best:
+        holder = c.elsewhere_best.passage
     r_best = c.retrieved_best
     r_note = f"best retrieved question coverage {r_best.coverage:.2f}" if r_best else "no retrieved passage"
     if c.answer_support is not None:
@@ -133,7 +128,7 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
         )
     }
     if index is not None:
-        s_best = c.researched_best
+        s_best = c.elsewhere_best
         score = c.index_score or 0.0
         if retrieved:
             i_conf = r_conf
@@ -141,10 +136,10 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
         elif not c.researched:
             i_conf, i_note = "high", "the re-search found no passage"
         elif s_best is None:
-            i_conf, i_note = "medium", "no re-searched passage holds the subject the retrieved ones share"
+            i_conf, i_note = "medium", "no re-searched passage beyond the retrieved ones holds their subject"
         else:
             i_conf = _band(abs(score - cont.INDEX_THRESHOLD), 0.3, 0.12)
-            i_note = f"best re-searched question coverage {score:.2f} ({s_best.passage.id})"
+            i_note = f"best re-searched question coverage elsewhere {score:.2f} ({s_best.passage.id})"
         trap = max((s.coverage for s in c.researched or [] if not s.on_topic), default=0.0)
         if not index and trap >= cont.INDEX_THRESHOLD:
             # the miss rests on the subject check: a passage without the subject covers the question

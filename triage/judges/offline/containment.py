@@ -34,7 +34,8 @@ HOLD_THRESHOLD = 0.65
 OUTRANK_MARGIN = 0.2
 #: weight of the answer's support by the retrieved passages
 ANSWER_WEIGHT = 0.4
-#: the index holds the answer when some re-searched passage covers the question this well
+#: the index holds the answer when some re-searched passage the agent was not shown covers the
+#: question this well
 INDEX_THRESHOLD = 0.55
 #: a declining agent read its passages and says the answer is not there: overruled only from here
 DECLINED_HOLD_THRESHOLD = 0.85
@@ -92,7 +93,6 @@ class Containment:
     answer_support: float | None  # the answer's specifics held by the retrieved passages
     retrieved_best: Scored | None
     elsewhere_best: Scored | None  # the best on-topic re-searched passage the agent was not shown
-    researched_best: Scored | None  # the best on-topic re-searched passage
     declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
 
     @property
@@ -121,9 +121,11 @@ class Containment:
 
     @property
     def index_score(self) -> float | None:
+        """The best coverage among the re-searched passages the agent was not shown: a passage it
+        was shown, and that did not hold the answer there, holds it no better when re-found."""
         if self.researched is None:
             return None
-        return self.researched_best.coverage if self.researched_best else 0.0
+        return self.elsewhere_best.coverage if self.elsewhere_best else 0.0
 
     @property
     def index_holds(self) -> bool | None:
@@ -176,6 +178,5 @@ def contain(
         answer_support=support,
         retrieved_best=r_best,
         elsewhere_best=max(elsewhere, key=lambda s: s.coverage, default=None),
-        researched_best=max(candidates, key=lambda s: s.coverage, default=None),
         declined=declined,
     )
