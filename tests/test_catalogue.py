@@ -154,6 +154,15 @@ def test_a_keyword_tie_goes_to_the_component_listed_first() -> None:
     assert component_from_text("nothing here", _config({"a": ["pipeline"]})) is None
 
 
+def test_a_package_managers_install_is_no_installation_of_kubeflow() -> None:
+    config = _config({"notebooks": ["jupyter"], "manifests": ["install"]})
+    text = "apt-get install fails in my image based on the jupyter image; the pip install works"
+    assert component_from_text(text, config) == "notebooks"
+    assert component_from_text("pip install -U --user kfp", config) is None
+    assert component_from_text("How do I install it on kind?", config) == "manifests"
+    assert component_from_text("the apt-get command failed, so I install it by hand", config) == "manifests"
+
+
 @pytest.mark.parametrize(
     ("text", "component"),
     [

@@ -25,19 +25,30 @@ def component_from_sources(urls: Iterable[str | None], config: TriageConfig) -> 
     return None
 
 
+#: a package manager's install command (`apt-get install`, `pip install -U`) installs a package:
+#: its "install" is no keyword hit for the component that installs Kubeflow
+_PACKAGE_COMMAND = re.compile(
+    r"(?<![\w-])(?:apt-get|apt|pip3?|uv pip|conda|mamba|micromamba|yum|dnf|apk|npm|yarn|brew|poetry)"
+    r"(?:\s+-{1,2}[\w-]+)*\s+$"
+)
+
+
 def component_from_text(text: str, config: TriageConfig) -> str | None:
     """The component whose keywords weigh most in `text` (whole words, case-insensitive).
 
     Each occurrence weighs as many words as its keyword has, so a specific phrase ("model
     registry", "pipeline editor") outweighs a broad word ("notebook", "pipeline"); a word of the
     text counts once, for the longest keyword that covers it ("pipeline" inside "pipeline editor"
-    is not a second hit). A tie goes to the component listed first."""
+    is not a second hit). A tie goes to the component listed first. The "install" of a package
+    manager's command (`pip install kfp`) is not a keyword hit."""
     lowered = text.lower()
     hits: list[tuple[int, int, int, str]] = []  # (-words, start, end, component)
     for name, component in config.components.items():
         for keyword in component.keywords:
             words = len(keyword.split())
             for found in re.finditer(rf"(?<![\w-]){re.escape(keyword.lower())}(?![\w-])", lowered):
+                if _PACKAGE_COMMAND.search(lowered, 0, found.start()):
+                    continue
                 hits.append((-words, found.start(), found.end(), name))
     taken: list[tuple[int, int]] = []
     weights: dict[str, int] = {}
