@@ -90,22 +90,27 @@ async def figures(
         f"(mean {sum(sizes) / len(sizes):.1f})"
     )
     missed = [case for case in answerable if case not in shown]
+    recovered = 0
     for case in missed:
-        print(f"  re-search miss: {case['id']} ({case['facts']['answer_collection']}) {case['question'][:70]!r}")
-    if missed:
         # what the model judge's own search (`search.judge_queries`) brings where the re-search
-        # missed, with the perfect model's queries (the labelled `needs`, the docs' own words)
-        recovered = [
-            c
-            for c in missed
-            if holds_all(
-                c["needs"],
-                shown_texts(await researcher.more(c["needs"][:2], research[c["id"]]), traces[c["id"]].question),
-            )
-        ]
+        # missed, with the perfect model's queries (the labelled `needs`, the docs' own words); it
+        # searches only where the agent's passages lack the answer
+        if case["facts"]["retrieved_has_answer"]:
+            why = "the agent's passages hold it"
+        else:
+            more = await researcher.more(case["needs"][:2], research[case["id"]])
+            found_more = holds_all(case["needs"], shown_texts(more, traces[case["id"]].question))
+            recovered += found_more
+            why = "the judge's own search shows it" if found_more else "the judge's own search misses it too"
+        print(
+            f"  re-search miss: {case['id']} ({case['facts']['answer_collection']}) "
+            f"{case['question'][:70]!r}: {why}"
+        )
+    needed = sum(not c["facts"]["retrieved_has_answer"] for c in missed)
+    if missed:
         print(
             f"  after the judge's own search (up to {config.search.judge_queries} queries; the perfect "
-            f"model's): shown in {len(recovered)} of these {len(missed)}"
+            f"model's): shown in {recovered} of the {needed} misses whose agent passages lack the answer"
         )
 
     # -- the cascade's cheap shortcuts: where each fires, is what it decides the label?

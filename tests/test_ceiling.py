@@ -33,11 +33,10 @@ CASES = [
 
 #: cases the job still gets wrong with a perfect model, and why (none since the judge may search)
 KNOWN_MISSES: set[str] = set()
-#: the cases whose answer the re-search does not show the judge. kf-039: the answer ("the pipeline
-#: job name", `dsl.PIPELINE_JOB_NAME_PLACEHOLDER`) shares no rare word with the question ("the name
-#: of the pipeline run"); the lexical re-search ranks its chunk 160th at best. The model judge's
-#: own search, in the docs' words (`search.judge_queries`), is what finds it.
-RE_SEARCH_MISSES = {"kf-039"}
+#: where the re-search does not show the judge the answer, and the agent's passages lack it too,
+#: the model judge's own search in the docs' words (`search.judge_queries`) must. kf-039: the answer
+#: ("the pipeline job name", `dsl.PIPELINE_JOB_NAME_PLACEHOLDER`) shares no rare word with the
+#: question ("the name of the pipeline run"); the lexical re-search ranks its chunk 160th at best.
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +95,11 @@ def test_the_re_search_and_the_judge_s_own_search_find_the_answer_of_every_case(
     _, text = ceiling
     found = re.search(r"shown to the judge in (\d+) ", text)
     total = re.search(r"on (\d+) index-has-answer cases", text)
-    assert found and total
-    assert int(found.group(1)) == int(total.group(1)) - len(RE_SEARCH_MISSES)
-    assert set(re.findall(r"re-search miss: (kf-\d{3})", text)) == RE_SEARCH_MISSES
-    recovered = re.search(r"after the judge's own search .*: shown in (\d+) of these (\d+)", text)
-    assert recovered and recovered.group(1) == recovered.group(2) == str(len(RE_SEARCH_MISSES))
+    misses = dict(re.findall(r"re-search miss: (kf-\d{3}) .*: (.+)$", text, re.MULTILINE))
+    assert found and total and int(found.group(1)) == int(total.group(1)) - len(misses)
+    assert "kf-039" in misses  # the vocabulary gap the judge's own search exists for
+    for case, why in misses.items():
+        assert why in ("the agent's passages hold it", "the judge's own search shows it"), (case, why)
 
 
 # --- the perfect model is honest: it finds the answer only in what the prompt shows ---------------
