@@ -8,7 +8,7 @@ import pytest
 
 from triage.domain.records import Facts, Passage, ToolCall, Trace
 from triage.domain.rule import decide
-from triage.judges.heuristic import HeuristicJudge
+from triage.judges.heuristic import HeuristicJudge, unsupported
 from triage.judges.offline import containment as cont
 from triage.judges.offline.declines import declines
 from triage.judges.offline.grounding import (
@@ -180,6 +180,13 @@ def test_specifics_of_an_answer() -> None:
     )
     assert {"kfp dsl compile", "--output", "CD_REGISTRATION_FLOW", "v2.1", "SubprocessRunner"} <= set(found)
     assert "e.g" not in specifics("Check it, e.g. with kubectl.")
+
+
+def test_a_unit_symbol_is_no_identifier() -> None:
+    found = specifics("This provisions a 5 GiB volume (size 10Gi) on a 2.4 GHz node; see GiBCounter.")
+    assert "GiB" not in found and "GHz" not in found
+    assert {"10Gi", "2.4", "GiBCounter"} <= set(found)
+    assert unsupported("A 5 GiB volume from `standard`.", ["size='5Gi', storage_class_name='standard'"]) == []
 
 
 def test_markdown_emphasis_is_no_part_of_a_specific() -> None:

@@ -61,6 +61,9 @@ _IDENT = re.compile(
 _EMPHASIS = re.compile(r"(?<!\w)(__?)(?=[^\s_])([^\n]*?[^\s_])\1(?!\w)")
 _DUNDER = re.compile(r"__[a-z][a-z0-9_]*__")
 _ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|vs|a\.k\.a|cf)\.?$", re.IGNORECASE)
+#: a unit symbol (`GiB`, `MiB`, `GHz`) looks like a CamelCase identifier but names no setting: "5 GiB"
+#: restates a passage's `5Gi`, and its number is what is checked
+_UNIT = re.compile(r"^(?:[KMGTPE]i?B|[KMGTPE]i|[kMGT]Hz|[KMGT]bps)$")
 _QUANTITY = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%])(?!\w|\.\w)")
 _VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)*(?!\w|\.\w)")
 _NUMBER = re.compile(r"(?<![\w.])\d{2,}(?!\w|\.\w)")
@@ -205,7 +208,7 @@ def specifics(answer: str) -> list[str]:
     found += _QUANTITY.findall(plain)
     found += GROUPED_NUMBER.findall(plain)
     found += _NUMBER.findall(GROUPED_NUMBER.sub(" ", _VERSION.sub(" ", plain)))
-    return [s for s in dict.fromkeys(found) if s and not _ABBREVIATION.match(s)]
+    return [s for s in dict.fromkeys(found) if s and not _ABBREVIATION.match(s) and not _UNIT.match(s)]
 
 
 class Pool:
