@@ -131,6 +131,8 @@ def test_pool_weighs_a_word_no_passage_holds_most() -> None:
         "The overview says nothing about TPUs, so I can't confirm it.",
         "I found no documented way to set a per-task timeout.",
         "The page doesn't cover dynamic allocation.",
+        "The pages I found don't say where the registry keeps its data.",
+        "Neither mentions a database.",
         "No encontré información sobre eso en la documentación.",
         "Je n'ai pas trouvé cette option dans la documentation.",
         "Ich habe dazu in der Dokumentation nichts gefunden.",
@@ -456,12 +458,14 @@ def _grounding_confidence(grounding: Grounding) -> str | None:
 
 def test_unseen_specifics_are_a_sure_miss_only_where_another_signal_agrees() -> None:
     """Two harmless unseen tokens (a port, a protocol name) in an answer whose words are the
-    passages' are not enough for `high`: the cascade asks the model. Weak prose, many unseen
-    specifics, or an invisible character inside a word are."""
+    passages' are not enough for `high`: the cascade asks the model. Weak prose with most of the
+    specifics unseen, many unseen specifics, or an invisible character inside a word are."""
     two = ["9090", "gRPC"]
     assert _grounding_confidence(Grounding(unsupported=two, checked=5, prose_support=0.95)) == "medium"
     assert _grounding_confidence(Grounding(unsupported=two, checked=5, prose_support=None)) == "medium"
-    assert _grounding_confidence(Grounding(unsupported=two, checked=5, prose_support=0.4)) == "high"
+    assert _grounding_confidence(Grounding(unsupported=two, checked=4, prose_support=0.4)) == "high"
+    # kf-124: an example value and a file named after the question, five of seven specifics seen
+    assert _grounding_confidence(Grounding(unsupported=two, checked=7, prose_support=0.59)) == "medium"
     many = ["timeoutSeconds", "maxFailedTrialCount", "primaryContainerName", "dataCache"]
     assert _grounding_confidence(Grounding(unsupported=many, checked=6, prose_support=0.9)) == "high"
     mark = ["kubectl (with an invisible character)"]

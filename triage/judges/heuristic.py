@@ -82,6 +82,9 @@ def signals(trace: Trace, research: list[Passage] | None) -> Signals:
     return Signals(found, grounding, declined, phrases)
 
 
+_LEVELS: tuple[Confidence, ...] = ("low", "medium", "high")
+
+
 def _band(distance: float, clear: float, near: float) -> Confidence:
     return "high" if distance >= clear else "medium" if distance >= near else "low"
 
@@ -145,6 +148,9 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
             # the miss rests on the subject check: a passage without the subject covers the question
             i_conf = "medium" if i_conf == "high" else i_conf
             i_note += f"; {trap:.2f} by a passage without the subject the retrieved ones share"
+        if not index and not retrieved:
+            # the index holds the retrieved passages: "not in the index" is no surer than "not in them"
+            i_conf = min(i_conf, r_conf, key=_LEVELS.index)
         evidence["index_has_answer"] = Evidence(
             passage_ids=[holder.id] if holder else [], confidence=i_conf, note=i_note
         )
@@ -164,7 +170,12 @@ def _grounding_evidence(sig: Signals) -> Evidence:
         # character inside a word is a defect by itself
         words = [s for s in g.unsupported if not s.isdigit()]
         corroborated = prose is not None and prose < PROSE_THRESHOLD
-        sure = bool(g.invisible) or len(words) >= 4 or (len(words) >= 1 and len(g.unsupported) >= 2 and corroborated)
+        # ... and never where most of its specifics were seen (a faithful answer with an example
+        # value and a file named after the question is not invented)
+        mostly_unseen = 2 * len(g.unsupported) >= g.checked
+        sure = bool(g.invisible) or len(words) >= 4 or (
+            len(words) >= 1 and len(g.unsupported) >= 2 and corroborated and mostly_unseen
+        )
         return Evidence(
             quotes=g.unsupported[:5],
             confidence="high" if sure else "medium",
@@ -226,6 +237,12 @@ class HeuristicJudge:
     ) -> Facts:
         sig = signals(trace, research)
         retrieved, in_index, holder, evidence = _containment_facts(sig)
+        if not looks_english(trace.question):
+            # coverage of a question not in English rests on its Latin-script words and the agent's
+            # queries: a proxy, never clear-cut
+            for name in ("retrieved_has_answer", "index_has_answer"):
+                if name in evidence and evidence[name].confidence == "high":
+                    evidence[name] = evidence[name].model_copy(update={"confidence": "medium"})
         evidence["answer_grounded"] = _grounding_evidence(sig)
         evidence["answer_declined"] = _decline_evidence(sig, trace)
         facts = base.model_copy(

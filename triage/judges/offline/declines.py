@@ -25,11 +25,14 @@ _EN = [
     r"\b(?:is|are|was|were) not (?:covered|documented|mentioned|described|explained|listed)\b",
     r"\b(?:isn't|aren't|wasn't|weren't) (?:covered|documented|mentioned|described|explained|listed)\b",
     r"\bnot (?:covered|documented|mentioned|described) (?:in|by|on) the\b",
+    # "the pages I found don't say": the docs named, and perhaps how the agent came by them
     r"\b(?:docs|documentation|pages?|guide|overview|passages?|results?|sources?)"
+    r"(?: (?:i|we) (?:found|searched|retrieved|got|read|checked))?"
     r" (?:do not|don't|does not|doesn't|did not|didn't)"
     r" (?:mention|cover|say|describe|document|explain|include|list|show|give)\b",
     r"\b(?:doesn't|does not|don't|do not|didn't|did not) (?:mention|cover|describe|document|explain)\b",
     r"\b(?:says?|said|mentions?|tells?) nothing (?:about|on|of)\b",
+    r"\bneither (?:of them |page |one |source )?(?:mentions|covers|says|describes|documents|explains)\b",
     r"\bnothing in the (?:docs|documentation|search results|pages|passages|results)\b",
     r"\b(?:there is|there's) no (?:documentation|information|mention)\b",
     r"\bi(?:'m| am) not sure\b",
