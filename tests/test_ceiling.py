@@ -1,8 +1,8 @@
 """The ceiling: with a perfect model (tests/doubles/perfect_model.py) behind the `llm` and the
 `cascade` judge, the real CLI lands every case of the evaluation set on its layer.
 
-The whole set (122 cases) through `triage feedback` twice, against the perfect model through the
-real `openai` client: about 10 s a judge on 2 cores (timed with 94). Skips where ../shared/corpus is absent.
+The whole set (178 cases) through `triage feedback` twice, against the perfect model through the
+real `openai` client: about 20 s a judge on 2 cores. Skips where ../shared/corpus is absent.
 """
 
 from __future__ import annotations
