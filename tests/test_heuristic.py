@@ -412,6 +412,28 @@ def test_containment_a_passage_without_the_subject_is_a_lexical_trap() -> None:
     assert found.index_holds is True
 
 
+def test_the_users_own_names_and_situation_are_not_what_a_passage_must_hold() -> None:
+    q = (
+        "Since yesterday the experiment hpo-bert-base in ml-team stays Terminating for an hour; "
+        "how do I remove the finalizer of a Katib experiment?"
+    )
+    page = Passage(
+        id="S1",
+        collection="issues",
+        source_url="https://issues/2519",
+        text="A Katib experiment stays Terminating when the controller is down: remove the finalizer by hand.",
+    )
+    found = cont.contain(q, "", [], [NOISE[0]], [*NOISE, page], answer_counts=False)
+    terms = cont.question_terms(q, []) - cont.own_names(q, Pool([cont.passage_text(page)]))
+    assert {"hpo-bert-base", "bert", "hpo"}.isdisjoint(terms)  # the user's name for the experiment
+    assert {"yesterday", "hour", "sinc"}.isdisjoint(terms)  # the user's situation
+    assert {"experiment", "finalizer", "katib"} <= terms
+    assert found.index_holds is True
+    # a kebab-case name the docs hold is a subject like any other word
+    held = Pool(["Restart the katib-db-manager deployment."])
+    assert cont.own_names("Why does katib-db-manager crash?", held) == set()
+
+
 def test_containment_a_decline_is_believed_at_moderate_coverage() -> None:
     q = "How do I set the defaults of min_trials_required for a Katib notebook quota?"
     believed = cont.contain(q, "", [], [PAGE], [PAGE, *NOISE], answer_counts=False, declined=True)

@@ -22,6 +22,7 @@ by how rare each need is among the trace's own passages:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,8 +48,18 @@ TOPIC_SHARE = 0.5
 TOPIC_MIN = 2
 
 
+#: words that tell the user's situation, not the subject ("it has been hanging for an hour, if that
+#: matters"): no page answers them, so counted they make every passage look as if it missed
+_SITUATION = word_set(
+    """since though although already anymore actually suddenly instead currently recently basically
+    hour hours day days minute minutes week weeks yesterday today tonight morning matter matters rid
+    fine wonder wondering idea thanks thank hi hello anyone someone somebody everything okay ok lot
+    bit kind sort tried happen happens happened hope hoping guess"""
+)
+
+
 def question_terms(question: str, tool_calls: Sequence[ToolCall]) -> set[str]:
-    terms = set(word_set(question))
+    terms = set(word_set(question)) - _SITUATION
     if looks_english(question):
         return terms
     terms = {t for t in terms if t.isascii()}
@@ -57,6 +68,23 @@ def question_terms(question: str, tool_calls: Sequence[ToolCall]) -> set[str]:
         if isinstance(query, str):
             terms |= word_set(query)
     return terms
+
+
+#: a name with two hyphens or more (`hpo-bert-base`, `fraud-detection-study-v2`): what users call
+#: their own notebooks, experiments and namespaces
+_KEBAB = re.compile(r"(?<![\w.\-/])[a-z0-9]+(?:-[a-z0-9]+){2,}(?![\w\-/])")
+
+
+def own_names(question: str, pool: Pool) -> set[str]:
+    """The words of the user's own object names: a kebab-case name no passage of the trace holds is
+    the user's (`fraud-detection-gradient-boosting-study-v2`), and no page of the docs holds it or
+    its parts as the user means them. Counted, its many rare words would make every passage look as
+    if it missed the question. A part the question also uses on its own still counts."""
+    names = [m.group(0) for m in _KEBAB.finditer(question) if not pool.holds(m.group(0))]
+    if not names:
+        return set()
+    rest = word_set(_KEBAB.sub(" ", question))
+    return {w for name in names for w in word_set(name)} - rest
 
 
 def passage_text(passage: Passage) -> str:
@@ -147,7 +175,7 @@ def contain(
     """Score every passage of a trace. `answer_counts`: the answer neither declines nor is empty, so
     its specifics say what the passages should hold."""
     pool = Pool([passage_text(p) for p in [*retrieved, *(researched or [])]])
-    terms = question_terms(question, tool_calls)
+    terms = question_terms(question, tool_calls) - own_names(question, pool)
     topic = terms & frozenset().union(*(word_set(passage_text(p)) for p in retrieved))
 
     def score(p: Passage) -> Scored:

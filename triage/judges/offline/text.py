@@ -226,6 +226,10 @@ class Pool:
     def idf(self, term: str) -> float:
         return math.log((self.n + 1) / (self.df.get(term, 0) + 0.5))
 
+    def holds(self, name: str) -> bool:
+        """Whether some text of the pool holds `name` as one of its words."""
+        return any(name in s for s in self.sets)
+
     def weighted_coverage(self, terms: Iterable[str], have: frozenset[str] | set[str]) -> float:
         """The share of the terms' total weight that `have` holds (0 when there are no terms)."""
         terms = set(terms)
