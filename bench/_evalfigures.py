@@ -54,15 +54,7 @@ async def figures(
         obs = observations[f"eval-{case['id']}"]
         assert isinstance(obs, list)
         traces[case["id"]] = read_trace(f"eval-{case['id']}", obs, config.tools)
-    researcher = Researcher(
-        LocalSearcher(index),
-        config.collections,
-        config.search.top_k,
-        config.search.use_comment,
-        max_query_chars=config.search.max_query_chars,
-        use_agent_queries=config.search.use_agent_queries,
-        max_more=config.search.judge_queries,
-    )
+    researcher = Researcher.configured(LocalSearcher(index), config)
     research: dict[str, list[Passage]] = {}
     for case in cases:
         trace = traces[case["id"]]

@@ -52,14 +52,7 @@ async def _load(set_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], di
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "s.sqlite") as db:
         db.import_lines(lines, "evalset", shift=vote_shift(set_dir / "traces.jsonl", datetime.now(UTC)))
         observations = db.observations([row["trace_id"] for row in labels])
-    researcher = Researcher(
-        LocalSearcher(index),
-        config.collections,
-        config.search.top_k,
-        config.search.use_comment,
-        max_query_chars=config.search.max_query_chars,
-        use_agent_queries=config.search.use_agent_queries,
-    )
+    researcher = Researcher.configured(LocalSearcher(index), config)
     traces: dict[str, Any] = {}
     research: dict[str, Any] = {}
     comments = {row["trace_id"]: row.get("comment") for row in labels}

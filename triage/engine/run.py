@@ -119,19 +119,7 @@ async def _run(
     ledger = Ledger(result, sources.traces)
     with open_facts_file(options.facts_file) as facts_out:
         async with open_searcher(searcher if judge.needs_research else None) as (live, down_reason):
-            researcher = (
-                Researcher(
-                    live,
-                    config.collections,
-                    config.search.top_k,
-                    config.search.use_comment,
-                    max_query_chars=config.search.max_query_chars,
-                    use_agent_queries=config.search.use_agent_queries,
-                    max_more=config.search.judge_queries,
-                )
-                if live is not None
-                else None
-            )
+            researcher = Researcher.configured(live, config) if live is not None else None
             verdicts = VerdictMaker(
                 judge=judge,
                 no_search_judge=HeuristicJudge(),

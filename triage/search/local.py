@@ -11,6 +11,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from triage.domain.config import TriageConfig
 from triage.domain.ports import Searcher
 from triage.domain.records import Passage, Trace
 from triage.search.index import Index
@@ -70,6 +71,19 @@ class Researcher:
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple[str, str], asyncio.Future[list[Passage]]] = OrderedDict()
         self.calls = 0
+
+    @classmethod
+    def configured(cls, searcher: Searcher, config: TriageConfig) -> Researcher:
+        """The re-search `[search]` and the collections of `config` describe."""
+        return cls(
+            searcher,
+            config.collections,
+            config.search.top_k,
+            config.search.use_comment,
+            max_query_chars=config.search.max_query_chars,
+            use_agent_queries=config.search.use_agent_queries,
+            max_more=config.search.judge_queries,
+        )
 
     def _search(self, query: str, collection: str) -> asyncio.Future[list[Passage]]:
         key = (query, collection)
