@@ -122,7 +122,8 @@ def test_two_nights_keep_signature_ids_and_tell_new_recurring_and_resolved(tmp_p
     night1 = [c for c in cases if int(c["id"][3:]) <= 60]
     by_id = {c["id"]: c for c in cases}
     repeated = [{**by_id[p["id"]], "id": f"{p['id']}-again", "question": p["question"]} for p in paraphrases]
-    fresh = [c for c in cases if int(c["id"][3:]) > 60]
+    # a night's traces are 20 minutes apart and must fit the 24-hour window: 16 repeats and 34 fresh
+    fresh = [c for c in cases if 60 < int(c["id"][3:]) <= 94]
     now2 = datetime.now(UTC).replace(microsecond=0)
     now1 = now2 - timedelta(hours=24)
     with Store(tmp_path / "store.sqlite") as store:
