@@ -6,7 +6,9 @@ Two calls per trace, run concurrently:
   the complaint, not evidence) and the passage sets, agent-retrieved R1.. and re-searched S1..;
   never the answer, so the verdict is not anchored on it. Per set `contains_answer | partial |
   no_answer` with cited ids and quotes, plus the component picked from the catalogue.
-  An empty set is not sent: it holds no answer, and code says so.
+  An empty set is not sent: it holds no answer, and code says so. Where no set holds the answer
+  and a follow-up search is given (`search_more`), the model may name queries in the docs' own
+  vocabulary; their new passages get one more call A of their own (at most one per trace).
 - call B, grounding and declining (`prompts/grounding_*.j2`): the question, the tool calls with
   their outputs (T1..), the R passages and the answer; never the S passages, since grounding is
   judged against what the agent saw. Claims `supported | contradicted | unsupported` with cited
@@ -205,8 +207,9 @@ class LLMJudge:
         search_more: SearchMore | None,
     ) -> tuple[ContainmentReply, PassageSet, PassageSet | None, list[Passage]]:
         """Call A, and where no set holds the answer and the model names queries in the docs'
-        vocabulary, those searched and call A again over the new passages only (S6.., never the
-        answer): the one way past a question whose words are not the docs' words."""
+        vocabulary, those searched and call A asked again over the new passages only (numbered on
+        from the re-search's S ids; never the answer): the one way past a question whose words are
+        not the docs' words. Also returns the new passages, for the injection detector."""
         asking = self.search_again if search_more is not None and research is not None else 0
         reply, r_set, s_set = await self._containment(trace, research, comment, usage, search_again=asking)
         queries = [q for q in (reply.search_again.queries if reply.search_again else []) if q.strip()]
