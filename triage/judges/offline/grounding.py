@@ -178,12 +178,21 @@ def _whole_number_in(number: str, haystack: str) -> bool:
     return re.search(rf"(?<![\d.,]){re.escape(number)}(?!\d|[.,]\d)", haystack) is not None
 
 
+#: hyphens, underscores and spaces: one separator when a specific is compared with the question
+_SEPARATORS = re.compile(r"[-_\s]+")
+
+
+def _words_in(words: str, text: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(words)}(?!\w)", text) is not None
+
+
 def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") -> tuple[list[str], int]:
     """Specifics of `answer` in none of the texts seen, and how many were checked."""
     texts = list(seen)
     haystack = squash("\n".join(texts))
     haystack_words = {w for w in re.split(r"[^\w]+", haystack) if w}
     q = squash(question)
+    q_spaced = _SEPARATORS.sub(" ", q)
     shown = _numbers("\n".join(texts))
     missing: list[str] = []
     checked = 0
@@ -193,6 +202,8 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
         number = _NUM.fullmatch(needle) is not None
         if not needle or (_whole_number_in(needle, q) if number else needle in q):
             continue
+        if not number and _SEPARATORS.search(needle) and _words_in(_SEPARATORS.sub(" ", needle), q_spaced):
+            continue  # the question's own words, joined: "simulated annealing" as `simulated-annealing`
         if _PLACEHOLDER.search(item) and not _seen_call_chain(needle, haystack, haystack_words):
             # a template: what is left once the placeholders are cut out must still be seen
             rest = [squash(part) for part in _PLACEHOLDER.split(item)]
