@@ -90,7 +90,7 @@ async def figures(
         if case["facts"]["retrieved_has_answer"]:
             why = "the agent's passages hold it"
         else:
-            more = await researcher.more(case["needs"][:2], research[case["id"]])
+            more = await researcher.more(case["needs"][:2], research[case["id"]], traces[case["id"]].passages)
             found_more = holds_all(case["needs"], shown_texts(more, traces[case["id"]].question))
             recovered += found_more
             why = "the judge's own search shows it" if found_more else "the judge's own search misses it too"

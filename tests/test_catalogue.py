@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import tomllib
 from collections import defaultdict
 from pathlib import Path
@@ -161,6 +162,16 @@ def test_a_package_managers_install_is_no_installation_of_kubeflow() -> None:
     assert component_from_text("pip install -U --user kfp", config) is None
     assert component_from_text("How do I install it on kind?", config) == "manifests"
     assert component_from_text("the apt-get command failed, so I install it by hand", config) == "manifests"
+
+
+def test_a_command_with_many_options_is_read_in_linear_time() -> None:
+    # `(?:\s+-{1,2}[\w-]+)*` split each `--x` two ways: 2^n tries on a line that does not match
+    config = _config({"notebooks": ["notebook"], "manifests": ["install"]})
+    text = "my notebook: pip" + " --x" * 40 + "=1 and a notebook"
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (component_from_text(text, config), done.set()), daemon=True)
+    worker.start()
+    assert done.wait(10), "component_from_text backtracks: a guard against a catastrophic regex, not a speed target"
 
 
 @pytest.mark.parametrize(

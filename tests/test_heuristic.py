@@ -260,7 +260,7 @@ def test_exempt_specifics_question_placeholders_arithmetic() -> None:
 
 def test_the_questions_words_joined_are_the_questions_own() -> None:
     question = "I wrote a simulated annealing suggestion service. What is the max trial count?"
-    answer = "Register `simulated-annealing` and keep `max_trial_count` low; `annealing-v2` is new."
+    answer = "Register `simulated-annealing`, keep `max_trial_count` and --max-trial-count low; `annealing-v2` is new."
     missing, _ = unsupported_specifics(answer, ["Katib suggestion services"], question=question)
     assert missing == ["annealing-v2"]  # joined words must all be the question's, in its order
 

@@ -29,7 +29,7 @@ def component_from_sources(urls: Iterable[str | None], config: TriageConfig) -> 
 #: its "install" is no keyword hit for the component that installs Kubeflow
 _PACKAGE_COMMAND = re.compile(
     r"(?<![\w-])(?:apt-get|apt|pip3?|uv pip|conda|mamba|micromamba|yum|dnf|apk|npm|yarn|brew|poetry)"
-    r"(?:\s+-{1,2}[\w-]+)*\s+$"
+    r"(?:\s+-[\w-]+)*\s+"  # options, each one way only: `--x` is `-` and `-x`, never `--` and `x`
 )
 
 
@@ -42,12 +42,13 @@ def component_from_text(text: str, config: TriageConfig) -> str | None:
     is not a second hit). A tie goes to the component listed first. The "install" of a package
     manager's command (`pip install kfp`) is not a keyword hit."""
     lowered = text.lower()
+    after_command = {m.end() for m in _PACKAGE_COMMAND.finditer(lowered)}
     hits: list[tuple[int, int, int, str]] = []  # (-words, start, end, component)
     for name, component in config.components.items():
         for keyword in component.keywords:
             words = len(keyword.split())
             for found in re.finditer(rf"(?<![\w-]){re.escape(keyword.lower())}(?![\w-])", lowered):
-                if _PACKAGE_COMMAND.search(lowered, 0, found.start()):
+                if found.start() in after_command:
                     continue
                 hits.append((-words, found.start(), found.end(), name))
     taken: list[tuple[int, int]] = []

@@ -104,11 +104,11 @@ class VerdictMaker:
         self.facts_out = facts_out
         self.gate = asyncio.Semaphore(concurrency)
 
-    def _more(self, research: list[Passage] | None) -> SearchMore | None:
+    def _more(self, trace: Trace, research: list[Passage] | None) -> SearchMore | None:
         """The judge's follow-up search for this trace, where there was a re-search to follow up."""
         if research is None or self.researcher is None or self.researcher.max_more == 0:
             return None
-        return functools.partial(self.researcher.more, known=research)
+        return functools.partial(self.researcher.more, known=research, shown=trace.passages)
 
     async def triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreWrite]] | None:
         """The entry and its scores; None when the trace is listed as undecided instead."""
@@ -127,7 +127,7 @@ class VerdictMaker:
                 except SearchError as ex:
                     search_problem = str(ex)
             try:
-                facts = await judge.judge(trace, research, comment, base, search_more=self._more(research))
+                facts = await judge.judge(trace, research, comment, base, search_more=self._more(trace, research))
             except JudgeRejected as ex:
                 self.ledger.skip(votes, trace.id, "rejected", f"judge output rejected: {ex}", trace.question)
                 return None

@@ -93,9 +93,21 @@ class Researcher:
         self.calls += 1
         future = asyncio.ensure_future(self.searcher.search(query, collection, self.top_k))
         self._cache[key] = future
+        future.add_done_callback(lambda done: self._forget_failed(key, done))
         if len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return future
+
+    def _forget_failed(self, key: tuple[str, str], done: asyncio.Future[list[Passage]]) -> None:
+        """A failed or cancelled search is not remembered: the next trace asking it searches again."""
+        if done.cancelled() or done.exception() is not None:
+            if self._cache.get(key) is done:
+                del self._cache[key]
+
+    async def _gathered(self, tasks: list[asyncio.Future[list[Passage]]]) -> list[list[Passage] | BaseException]:
+        """The searches' outcomes. Shielded: the futures are shared by every trace asking the same
+        query, so one trace's cancellation (its judge call failed) must not cancel them for the rest."""
+        return await asyncio.gather(*(asyncio.shield(t) for t in tasks), return_exceptions=True)
 
     def queries(self, trace: Trace, comment: str | None) -> list[str]:
         """The query variants for a trace, each once, the question first."""
@@ -113,7 +125,7 @@ class Researcher:
         `SearchError`."""
         queries = self.queries(trace, comment)
         tasks = [self._search(q, c) for c in self.collections for q in queries]
-        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        outcomes = await self._gathered(tasks)
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         if failures and len(failures) == len(outcomes):
             raise failures[0]  # nothing answered: the search is unavailable for this trace
@@ -124,28 +136,33 @@ class Researcher:
         results = [o for o in outcomes if not isinstance(o, BaseException)]
         return merged(results, [])
 
-    async def more(self, queries: Sequence[str], known: Sequence[Passage]) -> list[Passage]:
+    async def more(
+        self, queries: Sequence[str], known: Sequence[Passage], shown: Sequence[Passage] = ()
+    ) -> list[Passage]:
         """A judge's follow-up search (`triage.domain.ports.SearchMore`): at most `max_more`
-        queries, each in every collection, the passages not in `known` (the re-search's) numbered
-        on from them, at most `top_k` per query. Never raises `SearchError`: the follow-up is extra
-        evidence, so a failed one leaves the judge's verdict on what it had."""
+        queries, each in every collection, the passages in neither `known` (the re-search's) nor
+        `shown` (the agent's: one it had is no answer found elsewhere) numbered on from `known`, at
+        most `top_k` per query. Never raises `SearchError`: the follow-up is extra evidence, so a
+        failed one leaves the judge's verdict on what it had."""
         wanted = [q for q in dict.fromkeys(cap_query(q, self.max_query_chars) for q in queries) if q]
         wanted = wanted[: self.max_more]
         if not wanted:
             return []
         tasks = [self._search(q, c) for c in self.collections for q in wanted]
-        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        outcomes = await self._gathered(tasks)
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
                 raise outcome  # a cancellation is not a failed query
         results = [o for o in outcomes if not isinstance(o, BaseException)]
-        return merged(results, known)[: self.top_k * len(wanted)]
+        return merged(results, known, shown)[: self.top_k * len(wanted)]
 
 
-def merged(results: Sequence[Sequence[Passage]], known: Sequence[Passage]) -> list[Passage]:
+def merged(
+    results: Sequence[Sequence[Passage]], known: Sequence[Passage], shown: Sequence[Passage] = ()
+) -> list[Passage]:
     """Result lists merged rank by rank (every list's first result, then every list's second, ...),
-    each chunk once and none of `known`, numbered S1.. on from `known`."""
-    seen = {_chunk_key(p) for p in known}
+    each chunk once and none of `known` or `shown`, numbered S1.. on from `known`."""
+    seen = {_chunk_key(p) for p in [*known, *shown]}
     passages: list[Passage] = []
     depth = max((len(found) for found in results), default=0)
     for rank in range(depth):

@@ -219,7 +219,12 @@ class LLMJudge:
         found = await search_more(queries[:asking])
         if not found:
             return reply, r_set, s_set, []
-        more, _, more_set = await self._containment(trace, None, comment, usage, only=found)
+        try:
+            more, _, more_set = await self._containment(trace, None, comment, usage, only=found)
+        except JudgeError as ex:  # rejected or unavailable; a ConfigError (a bad key) still stops the run
+            # extra evidence that failed: the first reply stands, the new passages are still read
+            log.info("trace %s: the follow-up call failed (%s); the first verdict stands", trace.id, ex)
+            return reply, r_set, s_set, found
         if more_set is None or not more_set.passages or more.research is None:
             return reply, r_set, s_set, found
         log.info(

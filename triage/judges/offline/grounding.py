@@ -202,7 +202,7 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
         number = _NUM.fullmatch(needle) is not None
         if not needle or (_whole_number_in(needle, q) if number else needle in q):
             continue
-        if not number and _SEPARATORS.search(needle) and _words_in(_SEPARATORS.sub(" ", needle), q_spaced):
+        if not number and _SEPARATORS.search(needle) and _words_in(_SEPARATORS.sub(" ", needle).strip(), q_spaced):
             continue  # the question's own words, joined: "simulated annealing" as `simulated-annealing`
         if _PLACEHOLDER.search(item) and not _seen_call_chain(needle, haystack, haystack_words):
             # a template: what is left once the placeholders are cut out must still be seen
