@@ -115,13 +115,19 @@ def trace_findings(trace: Trace, research: Sequence[Passage] | None, comment: st
             ("question", trace.question),
             ("comment", comment),
             ("answer", trace.answer),
-            *(
-                (f"passage {p.id}", f"{p.title or ''}\n{p.text}")
-                for p in [*trace.passages, *(research or [])]
-            ),
+            *_passage_fields([*trace.passages, *(research or [])]),
             *((f"tool output T{n}", c.output) for n, c in enumerate(trace.tool_calls, start=1)),
         ]
     )
+
+
+def passage_findings(passages: Sequence[Passage]) -> list[str]:
+    """`injection_findings` over passages found after `trace_findings` ran (a judge's own search)."""
+    return injection_findings(_passage_fields(passages))
+
+
+def _passage_fields(passages: Sequence[Passage]) -> list[tuple[str, str]]:
+    return [(f"passage {p.id}", f"{p.title or ''}\n{p.text}") for p in passages]
 
 
 def flag(facts: Facts, findings: list[str]) -> Facts:

@@ -104,10 +104,16 @@ class Researcher:
             if self._cache.get(key) is done:
                 del self._cache[key]
 
-    async def _gathered(self, tasks: list[asyncio.Future[list[Passage]]]) -> list[list[Passage] | BaseException]:
-        """The searches' outcomes. Shielded: the futures are shared by every trace asking the same
-        query, so one trace's cancellation (its judge call failed) must not cancel them for the rest."""
-        return await asyncio.gather(*(asyncio.shield(t) for t in tasks), return_exceptions=True)
+    async def _gathered(self, tasks: list[asyncio.Future[list[Passage]]]) -> list[list[Passage] | Exception]:
+        """The searches' outcomes, a failed query as its error. Shielded: the futures are shared by
+        every trace asking the same query, so one trace's cancellation (its judge call failed) must
+        not cancel them for the rest."""
+        outcomes: list[list[Passage] | Exception] = []
+        for outcome in await asyncio.gather(*(asyncio.shield(t) for t in tasks), return_exceptions=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # a cancellation is not a failed query
+            outcomes.append(outcome)
+        return outcomes
 
     def queries(self, trace: Trace, comment: str | None) -> list[str]:
         """The query variants for a trace, each once, the question first."""
@@ -126,14 +132,11 @@ class Researcher:
         queries = self.queries(trace, comment)
         tasks = [self._search(q, c) for c in self.collections for q in queries]
         outcomes = await self._gathered(tasks)
-        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        failures = [o for o in outcomes if isinstance(o, Exception)]
         if failures and len(failures) == len(outcomes):
             raise failures[0]  # nothing answered: the search is unavailable for this trace
-        for failure in failures:
-            if not isinstance(failure, Exception):
-                raise failure  # a cancellation is not a failed query
         # one query variant refused (its own limit, a tool error): the others still count
-        results = [o for o in outcomes if not isinstance(o, BaseException)]
+        results = [o for o in outcomes if not isinstance(o, Exception)]
         return merged(results, [])
 
     async def more(
@@ -149,11 +152,7 @@ class Researcher:
         if not wanted:
             return []
         tasks = [self._search(q, c) for c in self.collections for q in wanted]
-        outcomes = await self._gathered(tasks)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-                raise outcome  # a cancellation is not a failed query
-        results = [o for o in outcomes if not isinstance(o, BaseException)]
+        results = [o for o in await self._gathered(tasks) if not isinstance(o, Exception)]
         return merged(results, known, shown)[: self.top_k * len(wanted)]
 
 

@@ -185,7 +185,7 @@ class LLMJudge:
             return self.facts.grounding_only(base, grounded_reply, findings)
         reply, r_set, s_set, found = task_a.result()
         if found:  # the judge's own search brought passages the detector has not read yet
-            findings += guard.injection_findings([(f"passage {p.id}", f"{p.title or ''}\n{p.text}") for p in found])
+            findings += guard.passage_findings(found)
         if reply.component.name not in self.components:
             # not a reason to reject the reply: the pick is discarded, the layer facts stand
             log.info(

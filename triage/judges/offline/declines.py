@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from triage.judges.offline.text import strip_invisible, without_code
+from triage.judges.offline.text import plain, without_code
 
 _EN = [
     # "we" as well as "I": agents speak for their team as often as for themselves
@@ -82,7 +82,7 @@ def decline_phrases(answer: str) -> list[str]:
     """The decline phrases in `answer`, as written (apostrophes normalised, and any run of whitespace
     as one space: the patterns spell one, and a phrase wraps at a line end or holds a no-break space).
     Code is left out: a quoted error message (`Unable to find image 'x' locally`) is not the agent's."""
-    text = re.sub(r"\s+", " ", without_code(strip_invisible(answer)).replace("\u2019", "'"))
+    text = re.sub(r"\s+", " ", without_code(plain(answer)))
     return [m.group(0) for m in DECLINE_PATTERNS.finditer(text)]
 
 

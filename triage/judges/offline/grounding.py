@@ -25,6 +25,7 @@ from triage.judges.offline.text import (
     GROUPED_NUMBER,
     STOPWORDS,
     looks_english,
+    plain,
     specifics,
     squash,
     strip_invisible,
@@ -274,19 +275,13 @@ def value_contradictions(answer: str, passages: Sequence[str], seen: Sequence[st
     return found
 
 
-def _plain(text: str) -> str:
-    """`text` without invisible characters, a typographic apostrophe as a straight one (`isn’t`):
-    the negation patterns spell contractions with `'`."""
-    return strip_invisible(text).replace("\u2019", "'")
-
-
 def negation_contradictions(answer: str, passages: Sequence[str], question: str = "") -> list[str]:
     """Answer sentences that deny what a passage states: a term negated in the answer ("X is not
     supported") that a passage sentence gives without any negation, near the same subject."""
     found = []
-    passage_sentences = [s for text in passages for s in _SENTENCE.split(_plain(text)) if s.strip()]
+    passage_sentences = [s for text in passages for s in _SENTENCE.split(plain(text)) if s.strip()]
     positive = [word_set(s) for s in passage_sentences if not _NEGATION.search(s)]
-    for sentence in _SENTENCE.split(_plain(answer)):
+    for sentence in _SENTENCE.split(plain(answer)):
         match = _DECLARATIVE_NEGATION.search(sentence)
         if not match:
             continue

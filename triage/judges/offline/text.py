@@ -78,6 +78,12 @@ def strip_invisible(text: str) -> str:
     return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
 
 
+def plain(text: str) -> str:
+    """`text` without invisible characters, a typographic apostrophe as a straight one (`isn’t`):
+    patterns spell contractions with `'`."""
+    return strip_invisible(text).replace("\u2019", "'")
+
+
 def fold(text: str) -> str:
     """`text` without format characters and in NFKC form, for comparing words: full-width letters
     (`ＫＦＰ`, common in Japanese and Chinese text) and decomposed accents (`e` + U+0301, as macOS
@@ -228,7 +234,7 @@ class Pool:
 
     def holds(self, name: str) -> bool:
         """Whether some text of the pool holds `name` as one of its words."""
-        return any(name in s for s in self.sets)
+        return self.df[name] > 0
 
     def weighted_coverage(self, terms: Iterable[str], have: frozenset[str] | set[str]) -> float:
         """The share of the terms' total weight that `have` holds (0 when there are no terms)."""
