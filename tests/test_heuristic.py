@@ -297,6 +297,24 @@ def test_a_swapped_value_contradicts_the_passage() -> None:
     assert not value_contradictions("Connect with port=7777.", passages[:1], passages)
 
 
+def test_a_value_the_question_supplies_is_the_users_own() -> None:
+    passages = ["metadata:\n  name: profileName\nspec:\n  owner:\n    name: admin@example.com"]
+    question = "How do I create a profile owned by dana@acme.io?"
+    answer = "owner:\n  name: dana@acme.io"
+    seen = [question, *passages]
+    assert not value_contradictions(answer, passages, seen, question)
+    assert value_contradictions(answer, passages, [*seen, "dana@acme.io"])  # not asked: a swap
+    # grounded, but as an example filled in: never clear-cut, the example may not fit the question
+    assert check(answer, seen, passages, question).filled == ["name: dana (the passages give admin, profilename)"]
+
+
+def test_a_file_named_after_the_questions_name_is_the_questions_own() -> None:
+    question = "How do I create a profile named ml-research?"
+    answer = "Save it as `ml-research.yaml` (or `profile.yaml`) and apply it with kubectl."
+    missing, _ = unsupported_specifics(answer, ["kubectl apply -f"], question=question)
+    assert missing == ["profile.yaml"]
+
+
 def test_a_sentences_period_is_no_part_of_a_value() -> None:
     passages = ["registry = ModelRegistry(port=8080)"]
     assert pairs("Connect with port=8080.")["port"] == {"8080"}

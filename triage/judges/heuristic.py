@@ -173,8 +173,10 @@ def _grounding_evidence(sig: Signals) -> Evidence:
         # ... and never where most of its specifics were seen (a faithful answer with an example
         # value and a file named after the question is not invented)
         mostly_unseen = 2 * len(g.unsupported) >= g.checked
-        sure = bool(g.invisible) or len(words) >= 4 or (
-            len(words) >= 1 and len(g.unsupported) >= 2 and corroborated and mostly_unseen
+        sure = (
+            bool(g.invisible)
+            or len(words) >= 4
+            or (len(words) >= 1 and len(g.unsupported) >= 2 and corroborated and mostly_unseen)
         )
         return Evidence(
             quotes=g.unsupported[:5],
@@ -187,10 +189,15 @@ def _grounding_evidence(sig: Signals) -> Evidence:
         )
     if not sig.grounded:
         return Evidence(confidence="low", note=f"every specific seen, but few of its words{prose_note}")
-    clear = g.checked >= 3 and prose is not None and prose >= PROSE_CLEAR
+    # an example the passages give, filled in with the question's values, may be the wrong example
+    clear = g.checked >= 3 and prose is not None and prose >= PROSE_CLEAR and not g.filled
+    filled_note = (
+        f"; the passages' example filled in with the question's values ({g.filled[0]})" if g.filled else ""
+    )
     return Evidence(
+        quotes=g.filled[:3],
         confidence="high" if clear else "medium" if prose is None or prose >= 0.75 else "low",
-        note=f"all {g.checked} specifics seen{prose_note}",
+        note=f"all {g.checked} specifics seen{prose_note}{filled_note}",
     )
 
 

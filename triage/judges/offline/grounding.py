@@ -46,7 +46,9 @@ def _ungroup(match: re.Match[str]) -> str:
 #: a value runs on through colons without a space (`http://host:9000/x`, `python:3.11`): cut at the
 #: first one, every URL's value was its scheme. It is on the key's line: a YAML key that ends its
 #: line (`objective:`) opens a mapping, and its first child key is no value of it
-_PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])[ \t]*[:=][ \t]*[\"']?([\w./-]+(?::[\w./-]+)*)[\"']?")
+_PAIR = re.compile(
+    r"(?<![\w.-])([A-Za-z_][\w.-]*[A-Za-z0-9_])[ \t]*[:=][ \t]*[\"']?([\w./-]+(?::[\w./-]+)*)[\"']?"
+)
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
 _NEGATION = re.compile(
     r"\b(?:not|no|never|isn't|aren't|doesn't|don't|cannot|can't|won't|neither|nor|without|unsupported)\b",
@@ -114,6 +116,9 @@ class Grounding:
     prose_support: float | None = None
     #: the answer's words with an invisible character inside (also among `unsupported`)
     invisible: list[str] = field(default_factory=list)
+    #: the answer's `key: value` where the question's value replaces the passages' (their example
+    #: filled in for the user): no contradiction, but grounded only as far as the example fits
+    filled: list[str] = field(default_factory=list)
 
     @property
     def grounded(self) -> bool:
@@ -179,6 +184,9 @@ def _whole_number_in(number: str, haystack: str) -> bool:
     return re.search(rf"(?<![\d.,]){re.escape(number)}(?!\d|[.,]\d)", haystack) is not None
 
 
+#: a file name: what comes before its extension
+_FILE_NAME = re.compile(r"([\w.-]+)\.(?:ya?ml|json|py|ipynb|sh|txt|toml|cfg|conf|ini|env|md)")
+
 #: hyphens, underscores and spaces: one separator when a specific is compared with the question
 _SEPARATORS = re.compile(r"[-_\s]+")
 
@@ -203,8 +211,17 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
         number = _NUM.fullmatch(needle) is not None
         if not needle or (_whole_number_in(needle, q) if number else needle in q):
             continue
-        if not number and _SEPARATORS.search(needle) and _words_in(_SEPARATORS.sub(" ", needle).strip(), q_spaced):
+        if (
+            not number
+            and _SEPARATORS.search(needle)
+            and _words_in(_SEPARATORS.sub(" ", needle).strip(), q_spaced)
+        ):
             continue  # the question's own words, joined: "simulated annealing" as `simulated-annealing`
+        named = _FILE_NAME.fullmatch(needle)
+        if named and re.search(r"[-_\d]", named.group(1)) and _words_in(named.group(1), q):
+            # a file named after the question's own name (`ml-research.yaml` for "ml-research"); a
+            # plain word is no name (`profile.yaml` for "a profile" is the answer's choice)
+            continue
         if _PLACEHOLDER.search(item) and not _seen_call_chain(needle, haystack, haystack_words):
             # a template: what is left once the placeholders are cut out must still be seen
             rest = [squash(part) for part in _PLACEHOLDER.split(item)]
@@ -257,22 +274,35 @@ def pairs(text: str) -> dict[str, set[str]]:
     return out
 
 
-def value_contradictions(answer: str, passages: Sequence[str], seen: Sequence[str] = ()) -> list[str]:
-    """The answer's `key: value` whose key the passages give, only ever with other values, while the
-    value itself is seen elsewhere (a swapped value; an unseen value is already an unsupported
-    specific)."""
+def _swaps(
+    answer: str, passages: Sequence[str], seen: Sequence[str], question: str
+) -> list[tuple[str, bool]]:
+    """The answer's `key: value` pairs whose key the passages give, only ever with other values, each
+    with whether the question supplies the answer's value."""
     given: dict[str, set[str]] = {}
     for text in passages:
         for key, values in pairs(text).items():
             given.setdefault(key, set()).update(values)
     haystack = squash("\n".join([*passages, *seen]))
+    asked = squash(question)
     found = []
     for key, values in pairs(answer).items():
         theirs = {v for v in given.get(key, set()) if not _PLACEHOLDER.search(v)}
         mine = {v for v in values if not _PLACEHOLDER.search(v) and squash(v) in haystack}
         if len(key) > 2 and theirs and mine and not values & theirs:
-            found.append(f"{key}: {sorted(mine)[0]} (the passages give {', '.join(sorted(theirs)[:3])})")
+            said = f"{key}: {sorted(mine)[0]} (the passages give {', '.join(sorted(theirs)[:3])})"
+            found.append((said, any(_words_in(squash(v), asked) for v in values)))
     return found
+
+
+def value_contradictions(
+    answer: str, passages: Sequence[str], seen: Sequence[str] = (), question: str = ""
+) -> list[str]:
+    """The answer's `key: value` whose key the passages give, only ever with other values, while the
+    value itself is seen elsewhere (a swapped value; an unseen value is already an unsupported
+    specific). A value the question supplies is the user's own, filled into the docs' example
+    (`name: dana` for "owned by dana"), not a swap (`Grounding.filled`)."""
+    return [said for said, asked in _swaps(answer, passages, seen, question) if not asked]
 
 
 def negation_contradictions(answer: str, passages: Sequence[str], question: str = "") -> list[str]:
@@ -323,8 +353,12 @@ def check(answer: str, seen: Sequence[str], passages: Sequence[str], question: s
     text = answer_text(answer)
     missing, checked = unsupported_specifics(text, seen, question)
     marks = invisible_marks(text)
-    contradictions = value_contradictions(text, passages, seen) + negation_contradictions(
+    swaps = _swaps(text, passages, seen, question)
+    contradictions = [said for said, asked in swaps if not asked] + negation_contradictions(
         text, passages, question
     )
+    filled = [said for said, asked in swaps if asked]
     prose = prose_support(text, seen, question)
-    return Grounding(marks + missing, contradictions, checked, prose_support=prose, invisible=marks)
+    return Grounding(
+        marks + missing, contradictions, checked, prose_support=prose, invisible=marks, filled=filled
+    )
