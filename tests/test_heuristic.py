@@ -414,6 +414,22 @@ def test_containment_a_better_passage_elsewhere_outranks_a_weak_retrieved_one() 
     assert found.outranked and not found.retrieved_holds and found.index_holds
 
 
+def test_containment_the_answers_specifics_bridge_the_users_words() -> None:
+    # the user's words are not the docs' words: the passage covers little of the question, but the
+    # answer's specifics are the passage's, and no passage elsewhere covers the question better
+    q = "How long does the tuner wait before it gives up on a hopeless try, and after how many tries?"
+    answer = "It uses `min_trials_required` (default 3) and `start_step` (default 4)."
+    found = cont.contain(q, answer, [], [PAGE], [PAGE, *NOISE], answer_counts=True)
+    assert found.answer_support == 1.0 and found.retrieved_best is not None
+    assert found.retrieved_best.coverage + cont.ANSWER_WEIGHT < cont.HOLD_THRESHOLD
+    assert found.supported and found.retrieved_holds
+    # ... but not when a passage elsewhere covers the question clearly better
+    text = "The tuner gives up on a hopeless try: how long it waits."
+    elsewhere = Passage(id="S9", collection="docs", source_url="https://docs/y", text=text)
+    rival = cont.contain(q, answer, [], [PAGE], [PAGE, *NOISE, elsewhere], answer_counts=True)
+    assert not rival.supported and not rival.retrieved_holds
+
+
 def test_containment_a_better_section_of_a_retrieved_page_outranks_the_one_shown() -> None:
     q = "What are the defaults of min_trials_required and start_step in Katib?"
     shown = Passage(id="R1", collection="docs", source_url="https://docs/x", text="Katib runs experiments.")

@@ -108,6 +108,8 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
         )
     if c.outranked:
         r_note += ": a clearly better passage elsewhere"
+    elif retrieved and c.retrieved_score < c.hold_threshold:
+        r_note += ": the answer's specifics are theirs, and no passage elsewhere is clearly better"
     if not r_best:
         r_conf: Confidence = "high"
     elif c.outranked:

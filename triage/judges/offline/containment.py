@@ -40,6 +40,10 @@ ANSWER_WEIGHT = 0.4
 INDEX_THRESHOLD = 0.55
 #: a declining agent read its passages and says the answer is not there: overruled only from here
 DECLINED_HOLD_THRESHOLD = 0.85
+#: the answer's specifics the retrieved passages hold, from this share on, say the passages hold the
+#: answer when no passage elsewhere covers the question clearly better (`OUTRANK_MARGIN`): the user's
+#: words may not be the docs' words, the answer's specifics taken from the passages bridge them
+SUPPORT_HOLD = 0.7
 #: a re-searched passage counts (for the index, or as a better passage elsewhere) only if it holds
 #: this share of the question's words that the retrieved passages hold: the subject the agent's
 #: search did find. One that holds the rare words without the subject is a lexical trap
@@ -144,8 +148,17 @@ class Containment:
         return DECLINED_HOLD_THRESHOLD if self.declined else HOLD_THRESHOLD
 
     @property
+    def supported(self) -> bool:
+        """The answer's specifics are the retrieved passages' (`SUPPORT_HOLD`), and no passage
+        elsewhere covers the question clearly better than they do."""
+        if self.retrieved_best is None or self.answer_support is None or self.answer_support < SUPPORT_HOLD:
+            return False
+        rival = self.elsewhere_best.coverage if self.elsewhere_best else 0.0
+        return rival < self.retrieved_best.coverage + OUTRANK_MARGIN
+
+    @property
     def retrieved_holds(self) -> bool:
-        return self.retrieved_score >= self.hold_threshold and not self.outranked
+        return (self.retrieved_score >= self.hold_threshold and not self.outranked) or self.supported
 
     @property
     def index_score(self) -> float | None:
