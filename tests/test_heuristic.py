@@ -170,7 +170,50 @@ def test_a_decline_phrase_in_code_is_a_quotation() -> None:
 
 
 @pytest.mark.parametrize(
-    "answer", ["JAX is not supported by Kubeflow Trainer.", "Set `parallelism: 2` on the loop.", ""]
+    "answer",
+    [
+        # the texts named as agents name them, and what they fail to do
+        "The provided context does not contain the default retry count.",
+        "The retrieved documents don't seem to address quota per profile.",
+        "None of the passages I retrieved talk about TLS for the gateway.",
+        "The excerpts are silent on how long events are kept.",
+        "The guides offer no explanation for the restart loop.",
+        "This question falls outside what my sources cover.",
+        # the agent's own search, in its words
+        "I haven't been able to find a page on air-gapped installs.",
+        "I'm unable to determine the default from the docs.",
+        "My search didn't turn up anything on Tekton trial templates.",
+        "Searching for 'multi-cluster' got zero hits.",
+        "The retrieved text is insufficient to determine the Istio version.",
+        "I'm not aware of any documented way to schedule a shutdown.",
+        # beyond the first ten languages
+        "Ik heb hierover niets kunnen vinden.",
+        "Nie udało mi się znaleźć tej opcji w dokumentacji.",
+        "Bu ayar dokümanlarda belirtilmemiş.",
+        "На жаль, у джерелах немає відповіді на це питання.",
+        "Không tìm thấy thông tin về tùy chọn này.",
+        "Maaf, dokumen yang saya temukan tidak membahas hal ini.",
+        "取得した資料では触れられていないため、お答えできません。",
+        "文件中沒有提到這個設定。",
+    ],
+)
+def test_declines_in_the_forms_agents_write_them(answer: str) -> None:
+    assert declines(answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "JAX is not supported by Kubeflow Trainer.",
+        "Set `parallelism: 2` on the loop.",
+        "",
+        # a question about the user's setup, then the answer
+        "I'm not sure which Katib version you run, but `tune()` takes `resources_per_trial`.",
+        "If you are not sure which namespace it is in, run `kubectl get ns`.",
+        "Kubectl prints `couldn't find any resources`; create the namespace first.",
+        "If the namespace is not specified, the profile's namespace is used.",
+        "O Spark Operator não cria o pod do driver fora de `spark.jobNamespaces`.",
+    ],
 )
 def test_a_claim_is_not_a_decline(answer: str) -> None:
     assert not declines(answer)

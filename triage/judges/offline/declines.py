@@ -11,68 +11,141 @@ import re
 
 from triage.judges.offline.text import plain, without_code
 
+#: what an agent calls the texts it read (and "they", once it has named them)
+_DOCS = (
+    r"(?:docs|documentation|documents?|pages?|guides?|overview|passages?|results?|sources?|context|excerpts?"
+    r"|snippets?|material|articles?|text|index|they)"
+)
+#: what the texts fail to do
+_TELL = (
+    r"(?:mention|cover|say|describe|document|explain|include|list|show|give|address|specify|state|discuss"
+    r"|contain|detail|answer|settle|provide|talk about|touch on|go into)"
+)
 _EN = [
     # "we" as well as "I": agents speak for their team as often as for themselves
     r"\b(?:i|we) (?:do not|don't|didn't|did not) (?:have|find|see|know)\b",
-    r"\b(?:i|we) (?:could not|couldn't|can't|cannot|can not|was unable to|am unable to|are unable to|were unable to"
-    r"|wasn't able to|was not able to|weren't able to|were not able to) (?:find|tell|confirm|locate|see|determine"
-    r"|say|answer)\b",
-    r"\b(?:unable|not able) to (?:find|locate|confirm)\b",
-    r"\b(?:i|we) found (?:no|nothing|none)\b",
+    r"\b(?:i|we|i'm|we're|i am|we are)"
+    r" (?:could not|couldn't|can't|cannot|can not|was unable to|am unable to|are unable to|were unable to"
+    r"|unable to|not able to|wasn't able to|was not able to|weren't able to|were not able to|haven't been able to"
+    r"|have not been able to|never managed to|didn't manage to|can't seem to|couldn't seem to)"
+    r" (?:find|tell|confirm|locate|see|determine|say|answer|work out|turn up|pin down|verify)\b",
+    r"\b(?:unable|not able) to (?:find|locate|confirm|determine|answer)\b",
+    r"\b(?:i|we) (?:found|came across|turned up|came up with) (?:no|nothing|none)\b",
+    r"\b(?:couldn't|could not|can't|cannot) (?:find|dig up|turn up|locate|come up with) (?:anything|any information)\b",
+    r"\b(?:search|searches|query|queries|lookup)(?: \w+)? (?:didn't|did not|couldn't|could not) (?:turn up|find|return|surface)\b",
+    r"\b(?:got|found|returned|with) (?:zero|no) (?:hits|matches|results)\b",
+    r"\b(?:i|we) have no documented\b|\bnot aware of any (?:documented|mention|page|documentation)\b",
+    r"\bnot found in the (?:\w+ )?(?:docs|documentation|pages|sources|index)\b",
+    rf"\b(?:answer|information|this) (?:isn't|is not|wasn't|was not) in the (?:\w+ ){{0,2}}{_DOCS}\b",
+    rf"\b{_DOCS} (?:are|is|were|was|stay|stays|remain|remains) silent (?:on|about)\b",
+    rf"\b{_DOCS}(?: (?:retrieved|provided|found|here))? (?:offer|offers|give|gives|provide|provides|make|makes|have|has"
+    r"|contain|contains|hold|holds) no (?:explanation|mention|reference|information|details?|answer|guidance)\b",
+    r"\b(?:does not|doesn't|do not|don't) appear (?:anywhere )?in the (?:\w+ ){0,2}(?:docs|documentation|index|pages)\b",
+    r"\b(?:can't|cannot|can not) help with (?:this|that)(?: one)?\b|\bthere(?:'s| is) nothing (?:on|about)\b",
+    r"\b(?:i|we) (?:haven't|have not|never) (?:found|seen|come across)\b",
+    r"\bcame up empty\b",
     r"\bfound nothing\b",
     r"\bno (?:relevant |specific |such )?(?:information|mention|documentation|details?) (?:about|on|of|regarding|in)\b",
+    r"\bno (?:relevant )?(?:results?|matches|hits) (?:matched|for|about|on|were found|came up)\b",
     r"\bno documented (?:way|option|setting|method|support|mechanism|feature)\b",
     r"\b(?:is|are|was|were) not (?:covered|documented|mentioned|described|explained|listed)\b",
     r"\b(?:isn't|aren't|wasn't|weren't) (?:covered|documented|mentioned|described|explained|listed)\b",
     r"\bnot (?:covered|documented|mentioned|described) (?:in|by|on) the\b",
-    # "the pages I found don't say": the docs named, and perhaps how the agent came by them
-    r"\b(?:docs|documentation|pages?|guide|overview|passages?|results?|sources?)"
-    r"(?: (?:i|we) (?:found|searched|retrieved|got|read|checked))?"
-    r" (?:do not|don't|does not|doesn't|did not|didn't)"
-    r" (?:mention|cover|say|describe|document|explain|include|list|show|give)\b",
+    # "the pages I found don't say", "the sources retrieved do not address", "the docs never state"
+    rf"\b{_DOCS}(?: (?:i|we) (?:found|searched|retrieved|got|read|checked|consulted|have access to|have|was given))?"
+    r"(?: (?:retrieved|provided|found|returned|available|shown|here))?"
+    r" (?:do not|don't|does not|doesn't|did not|didn't|never)(?: (?:seem to|appear to|actually|really|explicitly))?"
+    rf" {_TELL}\b",
     r"\b(?:doesn't|does not|don't|do not|didn't|did not) (?:mention|cover|describe|document|explain)\b",
+    rf"\bnone of (?:the |them|these |those )?(?:{_DOCS} )?(?:(?:i|we) \w+ )?{_TELL}\w*\b",
+    rf"\bnowhere do(?:es)? (?:they|the {_DOCS}) {_TELL}\b",
+    rf"\b{_DOCS}\b[^.!?]{{0,80}}? but never {_TELL}\b",
     r"\b(?:says?|said|mentions?|tells?) nothing (?:about|on|of)\b",
     r"\bneither (?:of them |page |one |source )?(?:mentions|covers|says|describes|documents|explains)\b",
-    r"\bnothing in the (?:docs|documentation|search results|pages|passages|results)\b",
-    r"\b(?:there is|there's) no (?:documentation|information|mention)\b",
-    r"\bi(?:'m| am) not sure\b",
+    r"\bnothing in the (?:\w+ )?(?:docs|documentation|search results|pages|passages|results|sources)\b",
+    r"\b(?:there is|there's) no (?:documentation|information|mention|page)\b",
+    r"\b(?:there|it) (?:doesn't|does not) (?:seem|appear) to be (?:any |a )?(?:documentation|information|mention|page)\b",
+    r"\bnot something (?:the|that the) (?:\w+ )?(?:docs|documentation|pages) (?:seem to |appear to )?(?:address|cover|describe)\b",
+    rf"\b(?:goes|is|falls) (?:past|beyond|outside) (?:what|the scope of) (?:the |my |our |what the )?(?:\w+ ){{0,2}}{_DOCS}\b",
+    r"\b(?:insufficient|not enough|too little) (?:information |context )?to (?:determine|answer|tell|say|confirm)\b",
+    r"\b(?:i|we) (?:don't|do not) have enough (?:information|context|detail)\b",
+    # "I'm not sure which version you run, but ..." asks about the user's setup: no decline
+    r"\bi(?:'m| am) not (?:sure|certain)\b(?! (?:which|what|whether|if|how)\b[^.,;]{0,40}\byou)",
 ]
 _OTHER = [
     # Spanish, Portuguese
     r"\bno (?:encontr[ée]|encuentro|he encontrado|pude encontrar|logr[ée] encontrar)\b",
     r"\bn[ãa]o (?:encontrei|consegui encontrar|achei)\b",
     r"\bno (?:est[áa]n?|aparece[n]?) (?:documentad[oa]s?|descrit[oa]s?|mencionad[oa]s?)\b",
+    r"\bno se (?:menciona|describe|explica|documenta|especifica|indica)\b",
     r"\bn[ãa]o (?:est[áa]|é) (?:documentad[oa]|descrit[oa]|mencionad[oa])\b",
-    r"\bla documentaci[óo]n no (?:menciona|describe|cubre|dice|explica)\b",
-    r"\bno hay (?:informaci[óo]n|documentaci[óo]n)\b",
+    r"\b(?:documentaci[óo]n|p[áa]ginas|fuentes|fragmentos|resultados) (?:que \w+ )?no (?:lo |la )?"
+    r"(?:menciona|mencionan|describe|describen|cubre|cubren|dice|dicen|explica|explican|especifica|habla|hablan"
+    r"|indica|indican|aclara|aclaran)\b",
+    r"\b(?:informaci[óo]n|documentaci[óo]n) (?:\w+ )?no (?:indica|menciona|dice|aclara|especifica)\b",
+    r"\bno (?:puedo|podemos) (?:confirmar|decir|responder|asegurar)\w*\b",
+    r"\b(?:documenta[çc][ãa]o|p[áa]ginas|fontes|trechos|resultados) (?:que \w+ )?n[ãa]o (?:o |a )?"
+    r"(?:menciona|mencionam|descreve|descrevem|cobre|cobrem|diz|dizem|explica|explicam|fala|falam)\b",
+    r"\bno (?:hay|tengo|dispongo de) (?:informaci[óo]n|documentaci[óo]n|datos)\b",
+    r"\bn[ãa]o (?:h[áa]|tenho) (?:informa[çc](?:[ãa]o|[õo]es)|documenta[çc][ãa]o|nada (?:sobre|a respeito))\b",
+    r"\bn[ãa]o (?:sei|saberia) (?:dizer|responder|informar)\b|\bn[ãa]o (?:posso|consigo) (?:confirmar|responder|dizer)\b",
     # French
-    r"\bje n'ai (?:pas|rien) trouv[ée]\b",
-    r"\bje ne (?:trouve|peux) (?:pas|rien)\b",
+    r"\bje n'ai (?:pas|rien) (?:pu )?trouv[ée]\b",
+    r"\bje ne (?:trouve|peux|sais) (?:donc |malheureusement )?(?:pas|rien)\b",
     r"\bn'(?:est|sont) pas (?:document[ée]e?s?|d[ée]crite?s?|mentionn[ée]e?s?)\b",
-    r"\bla documentation ne (?:mentionne|d[ée]crit|dit|couvre|pr[ée]cise) (?:pas|rien)\b",
+    r"\b(?:documentation|documents|pages|sources|passages|r[ée]sultats) (?:\w+ )?ne (?:le |l')?(?:mentionnent?|d[ée]crivent?|disent?|dit"
+    r"|couvrent?|pr[ée]cisent?|expliquent?|parlent?|abordent?) (?:pas|rien)\b",
     r"\baucune (?:information|mention|documentation)\b",
+    r"\bil n'y a (?:pas|aucune?) (?:d'information|d'informations|de documentation|information|mention)\b",
     # German
     r"\b(?:habe|konnte)\b[^.]{0,60}\b(?:keine|nichts|nicht)\b[^.]{0,40}\b(?:gefunden|finden)\b",
     r"\bnicht (?:dokumentiert|beschrieben|erw[äa]hnt)\b",
     r"\bkeine (?:informationen|angaben|dokumentation|hinweise)\b",
     r"\b(?:die )?dokumentation (?:erw[äa]hnt|beschreibt|nennt) (?:nicht|kein|nichts)\b",
+    r"\b(?:sagt|sagen|steht|stehen|erw[äa]hnt|erw[äa]hnen)(?: aber| jedoch| leider)? nichts\b",
+    r"\bkann ich (?:ihnen |dir |euch )?(?:daher |leider )?nicht beantworten\b",
     # Italian
     r"\bnon (?:ho trovato|trovo|riesco a trovare)\b",
     r"\bnon (?:è|sono) (?:documentat[oaie]|descritt[oaie]|menzionat[oaie])\b",
-    # Russian
+    r"\b(?:documentazione|pagine|fonti|risultati) (?:\w+ ){0,3}non (?:spiega|spiegano|menziona|menzionano|descrive"
+    r"|descrivono|dice|dicono|copre|coprono|parla|parlano)\b",
+    r"\b(?:non ci sono|nessuna) (?:informazion[ei]|documentazione|menzione)\b",
+    # Dutch
+    r"\b(?:niets|niks) (?:kunnen )?(?:vinden|gevonden)\b|\bniet (?:kunnen )?vinden\b|\bniet gevonden\b",
+    r"\b(?:zeggen|zegt|vermelden|vermeldt|beschrijven|beschrijft) (?:er )?niets\b",
+    r"\bgeen (?:informatie|documentatie)\b|\bniet (?:gedocumenteerd|beschreven|vermeld)\b",
+    # Polish
+    r"\bnie (?:uda[łl]o mi si[ęe]|mog[ęe]|mogli[śs]my) (?:znale[źz][ćc]|odnale[źz][ćc])\b",
+    r"\bnie znalaz[łl](?:em|am|am|y[śs]my)\b|\bbrak informacji\b",
+    r"\bdokumentacj[aie] (?:\w+ ){0,2}nie (?:opisuje|wspomina|zawiera|m[óo]wi)\b",
+    # Turkish
+    r"\b(?:bulamad[ıi]m|ula[şs]amad[ıi]m|bulamad[ıi]k)\b",
+    r"\b(?:belirtilmemi[şs]|bahsedilmiyor|yer alm[ıi]yor|a[çc][ıi]klanm[ıi]yor)\b|\bbilgi (?:yok|bulunmuyor)\b",
+    # Russian, Ukrainian
     r"не (?:нашёл|нашел|нашла|удалось найти|могу найти)",
     r"не (?:описан|документирован|упомина)",
     r"нет (?:информации|сведений|упоминани)",
+    r"ничего не (?:сказано|говорится|написано)|не (?:сказано|говорится|указано)|(?:^|[\s.,;:!?])не знаю|ничего нет",
+    r"не (?:знайшов|знайшла|вдалося знайти|можу знайти)",
+    r"немає (?:відповіді|інформації|відомостей|згадк)|не (?:описано|згадується|вказано)",
     # Japanese
     r"見つかりませんでした|見つけられませんでした|見つかりません|見当たりません",
     r"記載(?:が|は)?(?:ありません|見当たりません|されていません)|書かれていません|説明されていません",
-    r"(?:確認|判断)できません|わかりませんでした",
-    # Chinese
-    r"没有找到|未找到|找不到|未能找到|没能找到",
-    r"(?:文档|资料|页面)(?:中|里)?(?:没有|未|并未)(?:提到|提及|说明|描述|记载|涉及)",
-    r"没有(?:相关)?(?:信息|说明|记载|文档)|无法(?:确定|确认)",
+    r"(?:確認|判断)できません|わかりませんでした|触れられていない|触れられていません|お答えできません|回答できません",
+    r"情報(?:が|は)(?:ありません|見つかりません)",
+    # Chinese (simplified and traditional)
+    r"没有找到|未找到|找不到|未能找到|没能找到|沒有找到|沒能找到|未能找到",
+    r"(?:文档|资料|页面|文件|文檔|資料|頁面)(?:中|里|裡)?(?:没有|沒有|未|并未|並未)(?:提到|提及|说明|說明|描述|记载|記載|涉及)",
+    r"没有(?:相关)?(?:信息|说明|记载|文档)|沒有(?:相關)?(?:資訊|信息|說明|記載|文件)|无法(?:确定|确认|回答)|無法(?:確定|確認|回答)",
     # Korean
-    r"찾을 수 없|찾지 못했|문서에[^.]{0,30}없습니다|확인할 수 없",
+    r"찾을 수 없|찾지 못했|문서에[^.]{0,30}없습니다|확인할 수 없|정보가 없|나와 있지 않|언급(?:되어 있지 않|이 없|하지 않)"
+    r"|내용이 없|답변(?:드리기|하기) 어렵",
+    # Vietnamese, Indonesian
+    r"\bkhông (?:tìm thấy|thấy thông tin|có thông tin|đề cập|được đề cập|nói đến)\b",
+    r"\btidak (?:menemukan|ditemukan|dapat menemukan|ada informasi|disebutkan|dijelaskan|dibahas|membahas|menjelaskan"
+    r"|menyebutkan)\b",
+    # Hindi
+    r"नहीं मिल|जानकारी नहीं|उल्लेख नहीं|नहीं बताया गया",
 ]
 
 DECLINE_PATTERNS = re.compile("|".join(_EN + _OTHER), re.IGNORECASE)
