@@ -219,6 +219,35 @@ def test_a_claim_is_not_a_decline(answer: str) -> None:
     assert not declines(answer)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Sorry: none of the four results I got back explain the retry budget.",
+        "The material in front of me never spells out the upgrade order.",
+        "That part is not in the pages I was given.",
+        "Came up short here — the overview I found stops short of the quota rules.",
+        "i dont know this one, the guide not say it",
+    ],
+)
+def test_a_sentence_naming_the_sources_and_saying_they_do_not_tell_declines(answer: str) -> None:
+    assert declines(answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The docs say you don't need to restart: the controller reloads the ConfigMap.",
+        "The UI doesn't show the logs; run `kubectl logs` on the trial pod.",
+        "I found the setting: `maxFailedTrialCount` stops the experiment; nothing else is needed.",
+        "No, there is no need to recreate the profile.",
+        "I can't see your cluster, but a crash loop right after install usually means MySQL is not ready.",
+        "No se puede ejecutar un pipeline v2 en un servidor 1.x.",
+    ],
+)
+def test_naming_the_docs_beside_a_negation_is_no_decline(answer: str) -> None:
+    assert not declines(answer)
+
+
 def test_specifics_of_an_answer() -> None:
     found = specifics(
         "Use `kfp dsl compile` with --output, set CD_REGISTRATION_FLOW, see v2.1 and SubprocessRunner."

@@ -1,15 +1,22 @@
 """Decline phrases: the answer declares the topic not covered (or says it could not find it).
 
 English first, then the languages users of a docs agent commonly write in (Spanish, Portuguese,
-French, German, Italian, Japanese, Chinese, Korean, Russian). Phrases are about the act of not
+French, German, Italian, Dutch, Swedish, Polish, Czech, Russian, Ukrainian, Turkish, Arabic, Hebrew,
+Hindi, Japanese, Chinese, Korean, Vietnamese, Indonesian, Thai). Phrases are about the act of not
 finding or the docs not saying; a plain negation ("X is not supported") is a claim, not a decline.
+
+Phrase lists never end (agents write "the excerpts are silent on", "none of the 5 results mention",
+"the material available to me doesn't list"), so English has a second check by cues: a sentence that
+names what the agent read or searched (`_SOURCE`) and says, in the same breath, that it does not tell
+(`_UNTOLD`: a negation right before a verb of telling or finding, "no mention", "nothing about").
+"The docs say you don't need to restart" names the docs and negates, but not the telling.
 """
 
 from __future__ import annotations
 
 import re
 
-from triage.judges.offline.text import plain, without_code
+from triage.judges.offline.text import looks_english, plain, without_code
 
 #: what an agent calls the texts it read (and "they", once it has named them)
 _DOCS = (
@@ -23,16 +30,19 @@ _TELL = (
 )
 _EN = [
     # "we" as well as "I": agents speak for their team as often as for themselves
-    r"\b(?:i|we) (?:do not|don't|didn't|did not) (?:have|find|see|know)\b",
+    r"\b(?:i|we) (?:do not|don't|dont|didn't|didnt|did not) (?:have|find|see(?! your)|know)\b",
+    r"\b(?:i|we) have (?:no|nothing) (?:data|information|info|details|idea|answer|documentation)\b",
+    r"\bnothing (?:reliable|useful|definitive|concrete|documented) to (?:tell|say|offer|give)\b",
     r"\b(?:i|we|i'm|we're|i am|we are)"
     r" (?:could not|couldn't|can't|cannot|can not|was unable to|am unable to|are unable to|were unable to"
     r"|unable to|not able to|wasn't able to|was not able to|weren't able to|were not able to|haven't been able to"
     r"|have not been able to|never managed to|didn't manage to|can't seem to|couldn't seem to)"
-    r" (?:find|tell|confirm|locate|see|determine|say|answer|work out|turn up|pin down|verify)\b",
+    r" (?:find|tell|confirm|locate|see(?! your)|determine|say|answer|work out|turn up|pin down|verify)\b",
     r"\b(?:unable|not able) to (?:find|locate|confirm|determine|answer)\b",
     r"\b(?:i|we) (?:found|came across|turned up|came up with) (?:no|nothing|none)\b",
     r"\b(?:couldn't|could not|can't|cannot) (?:find|dig up|turn up|locate|come up with) (?:anything|any information)\b",
-    r"\b(?:search|searches|query|queries|lookup)(?: \w+)? (?:didn't|did not|couldn't|could not) (?:turn up|find|return|surface)\b",
+    r"\b(?:search|searches|query|queries|lookup)(?: \w+)? (?:didn't|did not|couldn't"
+    r"|could not) (?:turn up|find|return|surface)\b",
     r"\b(?:got|found|returned|with) (?:zero|no) (?:hits|matches|results)\b",
     r"\b(?:i|we) have no documented\b|\bnot aware of any (?:documented|mention|page|documentation)\b",
     r"\bnot found in the (?:\w+ )?(?:docs|documentation|pages|sources|index)\b",
@@ -40,7 +50,8 @@ _EN = [
     rf"\b{_DOCS} (?:are|is|were|was|stay|stays|remain|remains) silent (?:on|about)\b",
     rf"\b{_DOCS}(?: (?:retrieved|provided|found|here))? (?:offer|offers|give|gives|provide|provides|make|makes|have|has"
     r"|contain|contains|hold|holds) no (?:explanation|mention|reference|information|details?|answer|guidance)\b",
-    r"\b(?:does not|doesn't|do not|don't) appear (?:anywhere )?in the (?:\w+ ){0,2}(?:docs|documentation|index|pages)\b",
+    r"\b(?:does not|doesn't|do not|don't) appear (?:anywhere )?in the (?:\w+ ){0,2}(?:docs|documentation"
+    r"|index|pages)\b",
     r"\b(?:can't|cannot|can not) help with (?:this|that)(?: one)?\b|\bthere(?:'s| is) nothing (?:on|about)\b",
     r"\b(?:i|we) (?:haven't|have not|never) (?:found|seen|come across)\b",
     r"\bcame up empty\b",
@@ -64,9 +75,12 @@ _EN = [
     r"\bneither (?:of them |page |one |source )?(?:mentions|covers|says|describes|documents|explains)\b",
     r"\bnothing in the (?:\w+ )?(?:docs|documentation|search results|pages|passages|results|sources)\b",
     r"\b(?:there is|there's) no (?:documentation|information|mention|page)\b",
-    r"\b(?:there|it) (?:doesn't|does not) (?:seem|appear) to be (?:any |a )?(?:documentation|information|mention|page)\b",
-    r"\bnot something (?:the|that the) (?:\w+ )?(?:docs|documentation|pages) (?:seem to |appear to )?(?:address|cover|describe)\b",
-    rf"\b(?:goes|is|falls) (?:past|beyond|outside) (?:what|the scope of) (?:the |my |our |what the )?(?:\w+ ){{0,2}}{_DOCS}\b",
+    r"\b(?:there|it) (?:doesn't|does not) (?:seem|appear) to be (?:any |a )?(?:documentation|information"
+    r"|mention|page)\b",
+    r"\bnot something (?:the|that the) (?:\w+ )?(?:docs|documentation|pages) (?:seem to "
+    r"|appear to )?(?:address|cover|describe)\b",
+    r"\b(?:goes|is|falls) (?:past|beyond|outside) (?:what|the scope of) (?:the |my |our "
+    rf"|what the )?(?:\w+ ){{0,2}}{_DOCS}\b",
     r"\b(?:insufficient|not enough|too little) (?:information |context )?to (?:determine|answer|tell|say|confirm)\b",
     r"\b(?:i|we) (?:don't|do not) have enough (?:information|context|detail)\b",
     # "I'm not sure which version you run, but ..." asks about the user's setup: no decline
@@ -88,12 +102,14 @@ _OTHER = [
     r"(?:menciona|mencionam|descreve|descrevem|cobre|cobrem|diz|dizem|explica|explicam|fala|falam)\b",
     r"\bno (?:hay|tengo|dispongo de) (?:informaci[óo]n|documentaci[óo]n|datos)\b",
     r"\bn[ãa]o (?:h[áa]|tenho) (?:informa[çc](?:[ãa]o|[õo]es)|documenta[çc][ãa]o|nada (?:sobre|a respeito))\b",
-    r"\bn[ãa]o (?:sei|saberia) (?:dizer|responder|informar)\b|\bn[ãa]o (?:posso|consigo) (?:confirmar|responder|dizer)\b",
+    r"\bn[ãa]o (?:sei|saberia) (?:dizer|responder|informar)\b|\bn[ãa]o (?:posso|consigo) (?:confirmar"
+    r"|responder|dizer)\b",
     # French
     r"\bje n'ai (?:pas|rien) (?:pu )?trouv[ée]\b",
     r"\bje ne (?:trouve|peux|sais) (?:donc |malheureusement )?(?:pas|rien)\b",
     r"\bn'(?:est|sont) pas (?:document[ée]e?s?|d[ée]crite?s?|mentionn[ée]e?s?)\b",
-    r"\b(?:documentation|documents|pages|sources|passages|r[ée]sultats) (?:\w+ )?ne (?:le |l')?(?:mentionnent?|d[ée]crivent?|disent?|dit"
+    r"\b(?:documentation|documents|pages|sources|passages|r[ée]sultats) (?:\w+ )?ne (?:le "
+    r"|l')?(?:mentionnent?|d[ée]crivent?|disent?|dit"
     r"|couvrent?|pr[ée]cisent?|expliquent?|parlent?|abordent?) (?:pas|rien)\b",
     r"\baucune (?:information|mention|documentation)\b",
     r"\bil n'y a (?:pas|aucune?) (?:d'information|d'informations|de documentation|information|mention)\b",
@@ -138,17 +154,77 @@ _OTHER = [
     r"(?:文档|资料|页面|文件|文檔|資料|頁面)(?:中|里|裡)?(?:没有|沒有|未|并未|並未)(?:提到|提及|说明|說明|描述|记载|記載|涉及)",
     r"没有(?:相关)?(?:信息|说明|记载|文档)|沒有(?:相關)?(?:資訊|信息|說明|記載|文件)|无法(?:确定|确认|回答)|無法(?:確定|確認|回答)",
     # Korean
-    r"찾을 수 없|찾지 못했|문서에[^.]{0,30}없습니다|확인할 수 없|정보가 없|나와 있지 않|언급(?:되어 있지 않|이 없|하지 않)"
-    r"|내용이 없|답변(?:드리기|하기) 어렵",
+    r"찾을 수 없|찾지 못했|문서에[^.]{0,30}없습니다|확인할 수 없|정보가 없|나와 있지 않"
+    r"|언급(?:되어 있지 않|이 없|하지 않)|내용이 없|답변(?:드리기|하기) 어렵",
     # Vietnamese, Indonesian
     r"\bkhông (?:tìm thấy|thấy thông tin|có thông tin|đề cập|được đề cập|nói đến)\b",
     r"\btidak (?:menemukan|ditemukan|dapat menemukan|ada informasi|disebutkan|dijelaskan|dibahas|membahas|menjelaskan"
     r"|menyebutkan)\b",
     # Hindi
-    r"नहीं मिल|जानकारी नहीं|उल्लेख नहीं|नहीं बताया गया",
+    r"नहीं मिल|जानकारी नहीं|उल्लेख नहीं|नहीं बताया गया|मुझे नहीं पता",
+    # "I don't know", in the languages above and a few more
+    r"\bno (?:lo )?sé\b|\bn[ãa]o sei\b|\bje ne sais pas\b|\bwei(?:ß|ss) (?:ich|es) nicht\b|\bich wei(?:ß|ss) es nicht\b"
+    r"|\bnon (?:lo )?so\b|\bweet ik niet\b|\bik weet het niet\b|\bvet (?:jag )?inte\b|\bnie wiem\b|\bnev[íi]m\b"
+    r"|\bbilmiyorum\b|\bkhông biết\b|\btidak tahu\b|не знаю|لا أعرف|לא יודע|不知道|不清楚|모르겠습니다|ไม่ทราบ"
+    r"|分かりかねます|わかりかねます",
+    # Swedish, Czech
+    r"\b(?:framg[åa]r|n[äa]mns|beskrivs|dokumenteras) inte\b|\bhittade (?:jag )?inte\b|\bkunde inte hitta\b"
+    r"|\bingen (?:information|dokumentation)\b|\bkan (?:jag )?inte bekr[äa]fta\b",
+    r"\bnic (?:nen[íi]|jsem nena[šs]e?l)\b|\bnena[šs](?:el|la) jsem\b|\bnepoda[řr]ilo se (?:mi )?naj[íi]t\b"
+    r"|\bnen[íi] (?:zdokumentov[áa]no|pops[áa]no|uvedeno)\b|\b[žz][áa]dn[ée] informace\b",
+    # Polish, Italian, Ukrainian (more forms)
+    r"\bnie ma (?:informacji|nic)\b|\bnie m[óo]wi(?:[ąa])? nic\b",
+    r"\bnon c['’]?[èe] (?:traccia|nulla|niente)\b",
+    r"не (?:пояснює|пояснюють|описує|описують)|(?:підтвердити|сказати) не можу|не скажу",
+    # Arabic, Hebrew, Thai
+    r"لم (?:أجد|أعثر)|لا توجد (?:أي )?معلومات|لا (?:تذكر|توضح|تشرح)",
+    r"לא מצאתי|אין (?:לי )?מידע|לא (?:מוזכר|מתועד|מוסבר)",
+    r"ไม่พบ|หาไม่เจอ|ไม่มีข้อมูล|ไม่ได้(?:ระบุ|กล่าวถึง)",
+    # Chinese (more forms)
+    r"查不到|查无|(?:并|並)(?:没有|沒有)(?:提到|提及|说明|說明)",
 ]
 
 DECLINE_PATTERNS = re.compile("|".join(_EN + _OTHER), re.IGNORECASE)
+
+
+#: what the agent read or searched, as it names it
+_SOURCE = re.compile(
+    r"\b(?:docs?|documentation|documents?|pages?|passages?|results?|sources?|context|excerpts?|snippets?|materials?"
+    r"|articles?|guides?|overview|index|knowledge base|search(?:es|ed)?|retrieved|looked|came back|available to me"
+    r"|(?:i|we) (?:have|was given|were given|can see|found))\b",
+    re.IGNORECASE,
+)
+_TELLING = (
+    r"(?:mention|cover|say|describe|document|explain|include|list|show|give|address|specify|state|discuss|contain"
+    r"|detail|answer|settle|provide|talk|touch|go into|spell|find|found|locate|confirm|tell|determine|reference"
+    r"|come across|turn up|dig up|speak|indicate|clarify)"
+)
+#: it does not tell: a negation right before a verb of telling or finding, or an absence named
+_UNTOLD = re.compile(
+    r"\b(?:not|never|nor|doesn't|don't|didn't|dont|doesnt|didnt|isn't|aren't|wasn't|weren't|haven't|hasn't"
+    rf"|cannot|can't|couldn't)(?: \w+)?? {_TELLING}\w*\b"
+    rf"|\bnone of (?:\w+ ){{0,6}}?{_TELLING}\w*\b"
+    r"|\bno (?:relevant |useful |specific |such |real )?(?:mention|information|info|data|details?|reference|trace"
+    r"|material|guidance|explanation|page|passage|results?|answer|hits|matches|coverage)\b"
+    r"|\bnothing (?:about|on|regarding|concerning|there|relevant|useful|reliable|that)\b"
+    r"|\b(?:silent|quiet) (?:on|about)\b|\bstops? short of\b|\bdrawn a blank\b|\bno luck\b"
+    r"|\bcame up (?:empty|short|dry)\b|\bcomes? up short\b|\ba gap in\b"
+    r"|\b(?:isn't|is not|aren't|are not|wasn't|was not) in (?:the|my|our|any|what)\b|^not in the\b",
+    re.IGNORECASE,
+)
+_SENTENCES = re.compile(r"(?<=[.!?;:])\s+|\s+[—–]\s+")
+
+
+def _untold(text: str) -> list[str]:
+    """The English sentences that name the agent's sources and say they do not tell (see above)."""
+    found = []
+    for sentence in _SENTENCES.split(text):
+        if not _SOURCE.search(sentence):
+            continue
+        match = _UNTOLD.search(sentence)
+        if match and looks_english(sentence):
+            found.append(match.group(0))
+    return found
 
 
 def decline_phrases(answer: str) -> list[str]:
@@ -156,7 +232,7 @@ def decline_phrases(answer: str) -> list[str]:
     as one space: the patterns spell one, and a phrase wraps at a line end or holds a no-break space).
     Code is left out: a quoted error message (`Unable to find image 'x' locally`) is not the agent's."""
     text = re.sub(r"\s+", " ", without_code(plain(answer)))
-    return [m.group(0) for m in DECLINE_PATTERNS.finditer(text)]
+    return [m.group(0) for m in DECLINE_PATTERNS.finditer(text)] or _untold(text)
 
 
 def declines(answer: str) -> bool:
