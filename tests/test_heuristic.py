@@ -227,6 +227,10 @@ def test_a_claim_is_not_a_decline(answer: str) -> None:
         "That part is not in the pages I was given.",
         "Came up short here — the overview I found stops short of the quota rules.",
         "i dont know this one, the guide not say it",
+        # emphasis is no part of a phrase, and a status line is a decline too
+        "I looked, but the pages _don't cover_ quotas.",
+        "**Not found in the docs.** Try the Slack channel.",
+        'Answer: unknown\nReason: the search returned 0 results for "quota"',
     ],
 )
 def test_a_sentence_naming_the_sources_and_saying_they_do_not_tell_declines(answer: str) -> None:

@@ -37,13 +37,13 @@ _EN = [
     r" (?:could not|couldn't|can't|cannot|can not|was unable to|am unable to|are unable to|were unable to"
     r"|unable to|not able to|wasn't able to|was not able to|weren't able to|were not able to|haven't been able to"
     r"|have not been able to|never managed to|didn't manage to|can't seem to|couldn't seem to)"
-    r" (?:find|tell|confirm|locate|see(?! your)|determine|say|answer|work out|turn up|pin down|verify)\b",
+    r" (?:find|found|tell|confirm|locate|see(?! your)|determine|say|answer|work out|turn up|pin down|verify)\b",
     r"\b(?:unable|not able) to (?:find|locate|confirm|determine|answer)\b",
     r"\b(?:i|we) (?:found|came across|turned up|came up with) (?:no|nothing|none)\b",
     r"\b(?:couldn't|could not|can't|cannot) (?:find|dig up|turn up|locate|come up with) (?:anything|any information)\b",
     r"\b(?:search|searches|query|queries|lookup)(?: \w+)? (?:didn't|did not|couldn't"
     r"|could not) (?:turn up|find|return|surface)\b",
-    r"\b(?:got|found|returned|with) (?:zero|no) (?:hits|matches|results)\b",
+    r"\b(?:got|found|returned|with) (?:zero|no|0) (?:hits|matches|results)\b",
     r"\b(?:i|we) have no documented\b|\bnot aware of any (?:documented|mention|page|documentation)\b",
     r"\bnot found in the (?:\w+ )?(?:docs|documentation|pages|sources|index)\b",
     rf"\b(?:answer|information|this) (?:isn't|is not|wasn't|was not) in the (?:\w+ ){{0,2}}{_DOCS}\b",
@@ -52,7 +52,12 @@ _EN = [
     r"|contain|contains|hold|holds) no (?:explanation|mention|reference|information|details?|answer|guidance)\b",
     r"\b(?:does not|doesn't|do not|don't) appear (?:anywhere )?in the (?:\w+ ){0,2}(?:docs|documentation"
     r"|index|pages)\b",
-    r"\b(?:can't|cannot|can not) help with (?:this|that)(?: one)?\b|\bthere(?:'s| is) nothing (?:on|about)\b",
+    r"\b(?:can't|cannot|can not) help with (?:this|that)(?: one)?\b|\bthere(?:'s| is) (?:\w+ )?nothing (?:on|about)\b",
+    r"\bnot something (?:i|we) (?:could|can|was able to|were able to) (?:find|locate|confirm)\b",
+    r"(?:\bnot|n't) (?:have|having|has|had|contain|containing) (?:this |that |the |any |such |much )?"
+    r"info(?:rmation)?\b",
+    # a status line: "Answer: unknown", "status: not_found"
+    r"\b(?:answer|status|result)\s*[:=]\s*[\"']?(?:unknown|not[_ ]found|none|null|n/a)\b",
     r"\b(?:i|we) (?:haven't|have not|never) (?:found|seen|come across)\b",
     r"\bcame up empty\b",
     r"\bfound nothing\b",
@@ -120,8 +125,10 @@ _OTHER = [
     r"\b(?:die )?dokumentation (?:erw[äa]hnt|beschreibt|nennt) (?:nicht|kein|nichts)\b",
     r"\b(?:sagt|sagen|steht|stehen|erw[äa]hnt|erw[äa]hnen)(?: aber| jedoch| leider)? nichts\b",
     r"\bkann ich (?:ihnen |dir |euch )?(?:daher |leider )?nicht beantworten\b",
+    r"\bkeine (?:\w+ )?(?:auskunft|aussage|antwort) (?:geben|machen|treffen)\b",
     # Italian
-    r"\bnon (?:ho trovato|trovo|riesco a trovare)\b",
+    r"\bnon (?:ho trovato|trovo|riesco a trovare|sono riuscit[oa] a trovare|siamo riusciti a trovare)\b",
+    r"\bma nulla (?:su|sul|sulla|sui|sugli|di)\b",
     r"\bnon (?:è|sono) (?:documentat[oaie]|descritt[oaie]|menzionat[oaie])\b",
     r"\b(?:documentazione|pagine|fonti|risultati) (?:\w+ ){0,3}non (?:spiega|spiegano|menziona|menzionano|descrive"
     r"|descrivono|dice|dicono|copre|coprono|parla|parlano)\b",
@@ -173,7 +180,8 @@ _OTHER = [
     r"\bnic (?:nen[íi]|jsem nena[šs]e?l)\b|\bnena[šs](?:el|la) jsem\b|\bnepoda[řr]ilo se (?:mi )?naj[íi]t\b"
     r"|\bnen[íi] (?:zdokumentov[áa]no|pops[áa]no|uvedeno)\b|\b[žz][áa]dn[ée] informace\b",
     # Polish, Italian, Ukrainian (more forms)
-    r"\bnie ma (?:informacji|nic)\b|\bnie m[óo]wi(?:[ąa])? nic\b",
+    r"\bnie ma (?:tej |tych |takiej |[żz]adnej )?(?:informacji|nic)\b|\bnie m[óo]wi(?:[ąa])? nic\b",
+    r"\bnie mog[ęe] (?:\w+ )?(?:odpowiedzie[ćc]|potwierdzi[ćc])\b",
     r"\bnon c['’]?[èe] (?:traccia|nulla|niente)\b",
     r"не (?:пояснює|пояснюють|описує|описують)|(?:підтвердити|сказати) не можу|не скажу",
     # Arabic, Hebrew, Thai
@@ -227,11 +235,16 @@ def _untold(text: str) -> list[str]:
     return found
 
 
+#: Markdown emphasis around words (`_don't cover_`, `**not documented**`); underscores inside an
+#: identifier (`max_trial_count`) are no emphasis
+_EMPHASIS = re.compile(r"(?<![\w*])[*_]{1,3}(?=\S)|(?<=\S)[*_]{1,3}(?![\w*])")
+
+
 def decline_phrases(answer: str) -> list[str]:
     """The decline phrases in `answer`, as written (apostrophes normalised, and any run of whitespace
     as one space: the patterns spell one, and a phrase wraps at a line end or holds a no-break space).
     Code is left out: a quoted error message (`Unable to find image 'x' locally`) is not the agent's."""
-    text = re.sub(r"\s+", " ", without_code(plain(answer)))
+    text = re.sub(r"\s+", " ", _EMPHASIS.sub("", without_code(plain(answer))))
     return [m.group(0) for m in DECLINE_PATTERNS.finditer(text)] or _untold(text)
 
 
