@@ -195,17 +195,18 @@ _OTHER = [
 DECLINE_PATTERNS = re.compile("|".join(_EN + _OTHER), re.IGNORECASE)
 
 
-#: what the agent read or searched, as it names it
+#: what the agent read or searched, as it names it ("they" is no source here: "pods restart, and they
+#: don't show logs")
 _SOURCE = re.compile(
     r"\b(?:docs?|documentation|documents?|pages?|passages?|results?|sources?|context|excerpts?|snippets?|materials?"
     r"|articles?|guides?|overview|index|knowledge base|search(?:es|ed)?|retrieved|looked|came back|available to me"
     r"|(?:i|we) (?:have|was given|were given|can see|found))\b",
     re.IGNORECASE,
 )
+#: ... and, in a sentence that names them, what the agent fails to do with them
 _TELLING = (
-    r"(?:mention|cover|say|describe|document|explain|include|list|show|give|address|specify|state|discuss|contain"
-    r"|detail|answer|settle|provide|talk|touch|go into|spell|find|found|locate|confirm|tell|determine|reference"
-    r"|come across|turn up|dig up|speak|indicate|clarify)"
+    rf"(?:{_TELL[3:-1]}|talk|touch|spell|speak|indicate|clarify|reference|find|found|locate|confirm|tell|determine"
+    r"|come across|turn up|dig up)"
 )
 #: it does not tell: a negation right before a verb of telling or finding, or an absence named
 _UNTOLD = re.compile(
