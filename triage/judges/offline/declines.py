@@ -24,10 +24,11 @@ _DOCS = (
     r"|snippets?|material|articles?|text|index|they)"
 )
 #: what the texts fail to do
-_TELL = (
-    r"(?:mention|cover|say|describe|document|explain|include|list|show|give|address|specify|state|discuss"
-    r"|contain|detail|answer|settle|provide|talk about|touch on|go into)"
+_TELL_VERBS = (
+    "mention|cover|say|describe|document|explain|include|list|show|give|address|specify|state|discuss"
+    "|contain|detail|answer|settle|provide|talk about|touch on|go into"
 )
+_TELL = f"(?:{_TELL_VERBS})"
 _EN = [
     # "we" as well as "I": agents speak for their team as often as for themselves
     r"\b(?:i|we) (?:do not|don't|dont|didn't|didnt|did not) (?:have|find|see(?! your)|know)\b",
@@ -205,7 +206,7 @@ _SOURCE = re.compile(
 )
 #: ... and, in a sentence that names them, what the agent fails to do with them
 _TELLING = (
-    rf"(?:{_TELL[3:-1]}|talk|touch|spell|speak|indicate|clarify|reference|find|found|locate|confirm|tell|determine"
+    rf"(?:{_TELL_VERBS}|talk|touch|spell|speak|indicate|clarify|reference|find|found|locate|confirm|tell|determine"
     r"|come across|turn up|dig up)"
 )
 #: it does not tell: a negation right before a verb of telling or finding, or an absence named
