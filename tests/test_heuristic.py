@@ -391,6 +391,14 @@ def test_a_file_named_after_the_questions_name_is_the_questions_own() -> None:
     assert missing == ["profile.yaml"]
 
 
+def test_a_documented_template_filled_in_is_seen() -> None:
+    seen = ["roleRef:\n  kind: ClusterRole\n  name: kubeflow-<USER_ROLE>\n<USER_ROLE> is edit or view; <NAME> any"]
+    answer = "Bind `ClusterRole/kubeflow-view` (or `kubeflow-edit`), not `view-kubeflow`."
+    missing, _ = unsupported_specifics(answer, seen)
+    assert missing == ["view-kubeflow"]  # `<NAME>` alone is no template: it would fit anything
+    assert unsupported_specifics("Use `team-a`.", seen)[0] == ["team-a"]
+
+
 def test_a_sentences_period_is_no_part_of_a_value() -> None:
     passages = ["registry = ModelRegistry(port=8080)"]
     assert pairs("Connect with port=8080.")["port"] == {"8080"}

@@ -184,6 +184,32 @@ def _whole_number_in(number: str, haystack: str) -> bool:
     return re.search(rf"(?<![\d.,]){re.escape(number)}(?!\d|[.,]\d)", haystack) is not None
 
 
+#: a name in a passage with a placeholder inside (`kubeflow-<USER_ROLE>`, `user-${EMAIL}-edit`): a
+#: template the answer may fill in
+_TEMPLATE = re.compile(r"[\w./:-]*(?:<[A-Z][A-Z0-9_]*>|\$\{[A-Z][A-Z0-9_]*\})[\w./:<>${}-]*")
+_TEMPLATE_SLOT = re.compile(r"<[A-Z][A-Z0-9_]*>|\$\{[A-Z][A-Z0-9_]*\}")
+
+
+def _templates(text: str) -> list[re.Pattern[str]]:
+    """The templates of `text` as patterns, a placeholder standing for one name (`[\w.@-]+`). A
+    template needs a literal part of three characters or more: `<NAME>` alone fits anything."""
+    found = []
+    for template in dict.fromkeys(_TEMPLATE.findall(text)):
+        literal = _TEMPLATE_SLOT.split(template)
+        if max((len(part.strip("-_./:")) for part in literal), default=0) < 3:
+            continue
+        found.append(re.compile("[\\w.@-]+".join(re.escape(part.lower()) for part in literal)))
+    return found
+
+
+def _fills_template(needle: str, templates: Sequence[re.Pattern[str]]) -> bool:
+    """`needle` (lower case), or the name of its `Kind/name`, is a passage's template filled in."""
+    names = {needle}
+    if needle.count("/") == 1 and ":" not in needle:
+        names.add(needle.split("/")[1])  # `clusterrole/kubeflow-view`
+    return any(t.fullmatch(name) for t in templates for name in names)
+
+
 #: a file name: what comes before its extension
 _FILE_NAME = re.compile(r"([\w.-]+)\.(?:ya?ml|json|py|ipynb|sh|txt|toml|cfg|conf|ini|env|md)")
 
@@ -203,6 +229,7 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
     q = squash(question)
     q_spaced = _SEPARATORS.sub(" ", q)
     shown = _numbers("\n".join(texts))
+    templates: list[re.Pattern[str]] | None = None  # made when first needed
     missing: list[str] = []
     checked = 0
     ungrouped: str | None = None  # the haystack with `1,000` as `1000`, made when first needed
@@ -251,6 +278,10 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
                 continue  # `1000` where the passages write `1,000`
         if _NUM.fullmatch(needle.replace(",", "")) and arithmetic(needle.replace(",", ""), shown):
             continue
+        if not number:
+            templates = _templates("\n".join(texts)) if templates is None else templates
+            if _fills_template(needle, templates):
+                continue  # a documented template filled in: `kubeflow-view` for `kubeflow-<USER_ROLE>`
         missing.append(item)
     return missing, checked
 
