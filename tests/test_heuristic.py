@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from fractions import Fraction
 
 import pytest
@@ -397,6 +398,17 @@ def test_a_documented_template_filled_in_is_seen() -> None:
     missing, _ = unsupported_specifics(answer, seen)
     assert missing == ["view-kubeflow"]  # `<NAME>` alone is no template: it would fit anything
     assert unsupported_specifics("Use `team-a`.", seen)[0] == ["team-a"]
+
+
+def test_templates_are_read_in_linear_time() -> None:
+    # a leading `[\w./:-]*` tried from every position of a long word was quadratic (a minute here)
+    seen = ["x" * 200_000 + " kubeflow-<USER_ROLE>"]
+    done = threading.Event()
+    worker = threading.Thread(
+        target=lambda: (unsupported_specifics("Use `kubeflow-view`.", seen), done.set()), daemon=True
+    )
+    worker.start()
+    assert done.wait(10), "template search is quadratic: a guard against a catastrophic regex, not a speed target"
 
 
 def test_a_sentences_period_is_no_part_of_a_value() -> None:

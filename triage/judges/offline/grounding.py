@@ -184,22 +184,28 @@ def _whole_number_in(number: str, haystack: str) -> bool:
     return re.search(rf"(?<![\d.,]){re.escape(number)}(?!\d|[.,]\d)", haystack) is not None
 
 
-#: a name in a passage with a placeholder inside (`kubeflow-<USER_ROLE>`, `user-${EMAIL}-edit`): a
+#: a placeholder in a passage's name (`kubeflow-<USER_ROLE>`, `user-${EMAIL}-edit`): the name is a
 #: template the answer may fill in
-_TEMPLATE = re.compile(r"[\w./:-]*(?:<[A-Z][A-Z0-9_]*>|\$\{[A-Z][A-Z0-9_]*\})[\w./:<>${}-]*")
 _TEMPLATE_SLOT = re.compile(r"<[A-Z][A-Z0-9_]*>|\$\{[A-Z][A-Z0-9_]*\}")
+#: a template's reach on either side of a placeholder: bounded, so a long run of word characters
+#: costs linear time
+_NAME_BEFORE = re.compile(r"[\w./:-]{0,80}\Z")
+_NAME_AFTER = re.compile(r"[\w./:<>${}-]{0,80}")
 
 
 def _templates(text: str) -> list[re.Pattern[str]]:
     """The templates of `text` as patterns, a placeholder standing for one name (`[\w.@-]+`). A
     template needs a literal part of three characters or more: `<NAME>` alone fits anything."""
-    found = []
-    for template in dict.fromkeys(_TEMPLATE.findall(text)):
+    found: dict[str, re.Pattern[str]] = {}
+    for slot in _TEMPLATE_SLOT.finditer(text):
+        before = _NAME_BEFORE.search(text, max(0, slot.start() - 80), slot.start())
+        after = _NAME_AFTER.match(text, slot.end())
+        template = (before.group(0) if before else "") + slot.group(0) + (after.group(0) if after else "")
         literal = _TEMPLATE_SLOT.split(template)
-        if max((len(part.strip("-_./:")) for part in literal), default=0) < 3:
+        if template in found or max(len(part.strip("-_./:")) for part in literal) < 3:
             continue
-        found.append(re.compile("[\\w.@-]+".join(re.escape(part.lower()) for part in literal)))
-    return found
+        found[template] = re.compile("[\\w.@-]+".join(re.escape(part.lower()) for part in literal))
+    return list(found.values())
 
 
 def _fills_template(needle: str, templates: Sequence[re.Pattern[str]]) -> bool:
