@@ -130,6 +130,10 @@ _OTHER = [
     # Italian
     r"\bnon (?:ho trovato|trovo|riesco a trovare|sono riuscit[oa] a trovare|siamo riusciti a trovare)\b",
     r"\bma nulla (?:su|sul|sulla|sui|sugli|di)\b",
+    r"\binformazion[ei] non c['’]?[èe]\b|\bnon c['’]?[èe] (?:questa|quest['’]|alcuna|nessuna) ?informazione\b",
+    r"\bnessun[oa]? (?:del|della|dei|degli|delle|di) (?:\w+ ){0,2}(?:indica|indicano|menziona|menzionano|dice|dicono"
+    r"|spiega|spiegano|descrive|descrivono)\b",
+    r"\bnon (?:posso|possiamo) (?:darti|darle|dirti|dirle|confermare|rispondere|indicare)\b",
     r"\bnon (?:è|sono) (?:documentat[oaie]|descritt[oaie]|menzionat[oaie])\b",
     r"\b(?:documentazione|pagine|fonti|risultati) (?:\w+ ){0,3}non (?:spiega|spiegano|menziona|menzionano|descrive"
     r"|descrivono|dice|dicono|copre|coprono|parla|parlano)\b",
