@@ -16,6 +16,7 @@ from triage.judges.offline.grounding import (
     Grounding,
     answer_text,
     arithmetic,
+    bound_names,
     check,
     invisible_marks,
     negation_contradictions,
@@ -640,3 +641,52 @@ def test_an_anchor_or_slash_on_a_seen_page_is_no_unsupported_specific() -> None:
     other = "https://www.kubeflow.org/docs/components/central-dash/profiles-admin/#x"
     assert unsupported_specifics(f"See {other}.", seen)[0] == [other]
     assert unsupported_specifics("See https://example.org/#top.", seen)[0] == ["https://example.org/#top"]
+
+
+def test_names_the_answers_own_code_binds_are_no_claims() -> None:
+    answer = (
+        "Gather the branches:\n\n```python\nwith dsl.If(flag == 'a'):\n    lgbm_task = train_lgbm()\n"
+        "comp = dsl.component(\n    pip_extra_index_url='http://x')\n```\n\n"
+        "Then pass `lgbm_task.output` on; `pip_extra_index_url` sets the index."
+    )
+    assert bound_names(answer) == {"lgbm_task", "comp"}
+    # a keyword argument inside a call's brackets binds nothing: it is a claim about the API
+    missing, _ = unsupported_specifics(answer, ["train_lgbm dsl.If dsl.component"])
+    assert missing == ["http://x", "pip_extra_index_url"]
+
+
+async def _decline_evidence(answer: str) -> tuple[bool, str]:
+    trace = Trace(
+        id="t",
+        question="How do I set a CSRF cookie policy?",
+        answer=answer,
+        tool_calls=[ToolCall(id="c", name="search", args={"query": "csrf"}, collection="docs")],
+        passages=[PAGE],
+    )
+    base = Facts(agent_searched=True, agent_searched_collections=["docs"])
+    facts = await HeuristicJudge().judge(trace, [PAGE, *NOISE], None, base)
+    return bool(facts.answer_declined), facts.evidence["answer_declined"].confidence
+
+
+@pytest.mark.anyio
+async def test_a_decline_by_cues_alone_or_an_unnamed_absence_is_never_sure() -> None:
+    # the phrase list's decline is clear-cut; the cue check's is not (it may be a claim naming the docs)
+    assert await _decline_evidence("I couldn't find a CSRF setting in the docs.") == (True, "high")
+    assert await _decline_evidence("None of the four results explain the CSRF cookie.") == (True, "medium")
+    # a substantive answer that says something is not told may be a decline the checks miss
+    covers = "Set `APP_PREFIX` and `USERID_HEADER` on the web app's Deployment; nothing about TLS needs to change."
+    assert await _decline_evidence(covers) == (False, "medium")
+    plain = "Set `APP_SECURE_COOKIES` to `False` on the models web app's Deployment, then restart it."
+    assert await _decline_evidence(plain) == (False, "high")
+
+
+@pytest.mark.parametrize(
+    ("answer", "declined"),
+    [
+        ("The docs say that if the ConfigMap is not provided, you deploy it in the namespace.", False),
+        ("From the page I found: it covers the variables, but nothing about TLS.", True),
+        ("I can't pin this down from the documentation.", True),
+    ],
+)
+def test_a_passive_is_no_telling_and_the_texts_may_be_it(answer: str, declined: bool) -> None:
+    assert declines(answer) is declined

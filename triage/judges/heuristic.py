@@ -27,7 +27,7 @@ from triage.domain.ports import SearchMore
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
 from triage.judges import guard
 from triage.judges.offline import containment as cont
-from triage.judges.offline.declines import decline_phrases, declines
+from triage.judges.offline.declines import absence_cues, decline_phrases, declines, listed_phrases
 from triage.judges.offline.grounding import Grounding, answer_text, check, unsupported_specifics
 from triage.judges.offline.text import looks_english, specifics
 
@@ -208,14 +208,20 @@ def _decline_evidence(sig: Signals, trace: Trace) -> Evidence:
         return Evidence(confidence="high", note="no answer")
     if sig.declined:
         english = looks_english(trace.answer)
+        # a decline that goes on to offer specifics it never saw is a hedge, not a clean decline; one
+        # found by cues alone (no listed phrase) may be a claim that happens to name the docs
+        listed = bool(listed_phrases(trace.answer))
         return Evidence(
             quotes=sig.decline_phrases[:3],
-            # a decline that goes on to offer specifics it never saw is a hedge, not a clean decline
-            confidence="high" if english and not sig.grounding.unsupported else "medium",
-            note="a decline phrase",
+            confidence="high" if english and listed and not sig.grounding.unsupported else "medium",
+            note="a decline phrase" if listed else "a sentence naming its sources says they do not tell",
         )
     substantive = len(specifics(trace.answer)) >= 1 and len(trace.answer) >= 80
-    return Evidence(confidence="high" if substantive else "medium", note="no decline phrase")
+    # "it covers the variables, but nothing about TLS": an absence named without the sources is
+    # no decline the checks see, and perhaps one they miss
+    absent = absence_cues(trace.answer)
+    note = f"no decline phrase; says something is not told ({absent[0]})" if absent else "no decline phrase"
+    return Evidence(confidence="high" if substantive and not absent else "medium", note=note)
 
 
 class HeuristicJudge:

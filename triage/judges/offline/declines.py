@@ -38,7 +38,8 @@ _EN = [
     r" (?:could not|couldn't|can't|cannot|can not|was unable to|am unable to|are unable to|were unable to"
     r"|unable to|not able to|wasn't able to|was not able to|weren't able to|were not able to|haven't been able to"
     r"|have not been able to|never managed to|didn't manage to|can't seem to|couldn't seem to)"
-    r" (?:find|found|tell|confirm|locate|see(?! your)|determine|say|answer|work out|turn up|pin down|verify)\b",
+    r" (?:find|found|tell|confirm|locate|see(?! your)|determine|say|answer|work out|turn up|pin down|verify"
+    r"|(?:pin|nail) (?:this|it|that) down)\b",
     r"\b(?:unable|not able) to (?:find|locate|confirm|determine|answer)\b",
     r"\b(?:i|we) (?:found|came across|turned up|came up with) (?:no|nothing|none)\b",
     r"\b(?:couldn't|could not|can't|cannot) (?:find|dig up|turn up|locate|come up with) (?:anything|any information)\b",
@@ -205,7 +206,9 @@ DECLINE_PATTERNS = re.compile("|".join(_EN + _OTHER), re.IGNORECASE)
 _SOURCE = re.compile(
     r"\b(?:docs?|documentation|documents?|pages?|passages?|results?|sources?|context|excerpts?|snippets?|materials?"
     r"|articles?|guides?|overview|index|knowledge base|search(?:es|ed)?|retrieved|looked|came back|available to me"
-    r"|(?:i|we) (?:have|was given|were given|can see|found))\b",
+    r"|(?:i|we) (?:have|was given|were given|can see|found)"
+    # the texts as "it" or "they" once named: "It covers the variables, but nothing about TLS"
+    r"|(?:it|they) (?:covers?|mentions?|describes?|explains?|lists?|says?|shows?|gives?|talks? about|documents?))\b",
     re.IGNORECASE,
 )
 #: ... and, in a sentence that names them, what the agent fails to do with them
@@ -215,6 +218,8 @@ _TELLING = (
 )
 #: it does not tell: a negation right before a verb of telling or finding, or an absence named
 _UNTOLD = re.compile(
+    # "if the ConfigMap is not provided" is about the ConfigMap: a passive after "is" is no telling
+    r"(?<!\bis )(?<!\bare )(?<!\bwas )(?<!\bwere )(?<!\bbe )(?<!\bbeen )"
     r"\b(?:not|never|nor|doesn't|don't|didn't|dont|doesnt|didnt|isn't|aren't|wasn't|weren't|haven't|hasn't"
     rf"|cannot|can't|couldn't)(?: \w+)?? {_TELLING}\w*\b"
     rf"|\bnone of (?:\w+ ){{0,6}}?{_TELLING}\w*\b"
@@ -246,12 +251,29 @@ def _untold(text: str) -> list[str]:
 _EMPHASIS = re.compile(r"(?<![\w*])[*_]{1,3}(?=\S)|(?<=\S)[*_]{1,3}(?![\w*])")
 
 
+def _prose(answer: str) -> str:
+    """`answer` as the patterns read it: apostrophes normalised, any run of whitespace as one space
+    (the patterns spell one; a phrase wraps at a line end or holds a no-break space), emphasis marks
+    and code left out (a quoted error message, `Unable to find image 'x' locally`, is not the agent's)."""
+    return re.sub(r"\s+", " ", _EMPHASIS.sub("", without_code(plain(answer))))
+
+
+def listed_phrases(answer: str) -> list[str]:
+    """The decline phrases of the phrase lists in `answer`, as written."""
+    return [m.group(0) for m in DECLINE_PATTERNS.finditer(_prose(answer))]
+
+
 def decline_phrases(answer: str) -> list[str]:
-    """The decline phrases in `answer`, as written (apostrophes normalised, and any run of whitespace
-    as one space: the patterns spell one, and a phrase wraps at a line end or holds a no-break space).
-    Code is left out: a quoted error message (`Unable to find image 'x' locally`) is not the agent's."""
-    text = re.sub(r"\s+", " ", _EMPHASIS.sub("", without_code(plain(answer))))
+    """The decline phrases in `answer`, as written: the phrase lists', else the cue check's."""
+    text = _prose(answer)
     return [m.group(0) for m in DECLINE_PATTERNS.finditer(text)] or _untold(text)
+
+
+def absence_cues(answer: str) -> list[str]:
+    """What in `answer` says that something is not told or not found, whether or not the sentence
+    names the agent's sources ("but nothing about TLS"): a substantive answer with one may be a
+    decline the checks do not see."""
+    return [m.group(0) for m in _UNTOLD.finditer(_prose(answer))]
 
 
 def declines(answer: str) -> bool:

@@ -216,6 +216,35 @@ def _fills_template(needle: str, templates: Sequence[re.Pattern[str]]) -> bool:
     return any(t.fullmatch(name) for t in templates for name in names)
 
 
+_FENCE_BODY = re.compile(r"^ *(?:```|~~~)[^\n]*\n(.*?)(?:^ *(?:```|~~~)|\Z)", re.DOTALL | re.MULTILINE)
+#: a name the answer's own code binds (`lgbm_task = train_lgbm()`, `for trial in ...`, `with ... as
+#: client`, `def make_op(`): the answer's variable, no claim about Kubeflow
+_BOUND = re.compile(
+    r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]+(\w+)|(\w+)(?:[ \t]*,[ \t]*\w+)*[ \t]*(?::[^=\n]+)?=(?!=)"
+    r"|for[ \t]+(\w+)[ \t]+in\b)|\bas[ \t]+(\w+)[ \t]*:",
+    re.MULTILINE,
+)
+
+
+def bound_names(answer: str) -> set[str]:
+    """The names the answer's fenced code binds, lower case (a one-letter name is none). Only lines
+    outside brackets bind: `pip_extra_index_url='...'` inside a call is a keyword argument, a claim."""
+    names: set[str] = set()
+    for block in _FENCE_BODY.findall(answer):
+        depth = 0
+        for line in block.splitlines():
+            if depth == 0:
+                for match in _BOUND.finditer(line):
+                    names.update(n.lower() for n in match.groups() if n and len(n) > 1)
+            depth = max(0, depth + sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}"))
+    return names
+
+
+def _own_name(needle: str, bound: set[str]) -> bool:
+    """`needle` is a bound name or an attribute or call of one (`lgbm_task.output`, `client.get()`)."""
+    return bool(bound) and re.split(r"[.(\[]", needle, maxsplit=1)[0] in bound
+
+
 #: a file name: what comes before its extension
 _FILE_NAME = re.compile(r"([\w.-]+)\.(?:ya?ml|json|py|ipynb|sh|txt|toml|cfg|conf|ini|env|md)")
 
@@ -236,6 +265,7 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
     q_spaced = _SEPARATORS.sub(" ", q)
     shown = _numbers("\n".join(texts))
     templates: list[re.Pattern[str]] | None = None  # made when first needed
+    bound = bound_names(answer)
     missing: list[str] = []
     checked = 0
     ungrouped: str | None = None  # the haystack with `1,000` as `1000`, made when first needed
@@ -250,6 +280,8 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             and _words_in(_SEPARATORS.sub(" ", needle).strip(), q_spaced)
         ):
             continue  # the question's own words, joined: "simulated annealing" as `simulated-annealing`
+        if not number and _own_name(needle, bound):
+            continue  # the answer's own variable (`lgbm_task` in its `lgbm_task = train_lgbm()`)
         named = _FILE_NAME.fullmatch(needle)
         if named and re.search(r"[-_\d]", named.group(1)) and _words_in(named.group(1), q):
             # a file named after the question's own name (`ml-research.yaml` for "ml-research"); a
