@@ -1,7 +1,7 @@
 """The ceiling: with a perfect model (tests/doubles/perfect_model.py) behind the `llm` and the
 `cascade` judge, the real CLI lands every case of the evaluation set on its layer.
 
-The whole set (178 cases) through `triage feedback` twice, against the perfect model through the
+The whole set (206 cases) through `triage feedback` twice, against the perfect model through the
 real `openai` client: about 20 s a judge on 2 cores. Skips where ../shared/corpus is absent.
 """
 
@@ -37,6 +37,11 @@ KNOWN_MISSES: set[str] = set()
 #: Spark Operator users on Slack?", no search call): the question's keywords name spark-operator,
 #: the label the community pages (`general`); with no source to read, keywords are all there is
 COMPONENT_MISSES = {"kf-167"}
+#: ... and where the cascade settles a trace without the model, so keywords place it. kf-200 ("Can we
+#: run Kubeflow on our Graviton (arm64) EKS node groups?", a declined content gap the heuristic is
+#: sure of): no catalogue keyword in the question, so `general`; the model, like the label, reads it
+#: as the platform's install (`manifests`), which no keyword rule gets without naming EKS for one case
+CASCADE_COMPONENT_MISSES = {"kf-200"}
 #: where the re-search does not show the judge the answer, and the agent's passages lack it too,
 #: the model judge's own search in the docs' words (`search.judge_queries`) must. kf-039: the answer
 #: ("the pipeline job name", `dsl.PIPELINE_JOB_NAME_PLACEHOLDER`) shares no rare word with the
@@ -74,7 +79,8 @@ def test_every_case_lands_on_its_layer_with_a_perfect_model(
     expected = set() if judge == "replay" else {f"eval-{c}" for c in KNOWN_MISSES}
     assert run["cases"] == len(CASES) and run["triaged"] == len(CASES)
     assert {m["trace_id"] for m in run["misses"]} == expected
-    assert {m["trace_id"] for m in run["component_misses"]} == {f"eval-{c}" for c in COMPONENT_MISSES}
+    component_misses = COMPONENT_MISSES | (CASCADE_COMPONENT_MISSES if judge == "cascade-perfect" else set())
+    assert {m["trace_id"] for m in run["component_misses"]} == {f"eval-{c}" for c in component_misses}
     assert judge == "replay" or run["judge_calls_per_trace"] <= 2
 
 
