@@ -2,14 +2,16 @@
 
 - **containment** (`retrieved_has_answer`, `index_has_answer`, `answer_collection`): a passage holds
   the answer when it covers the question's rare words (weighted by how few of the trace's passages
-  hold each), helped by the answer's specifics when the retrieved passages hold them; a much better
+  hold each), helped by the answer's specifics when the retrieved passages hold them (most of them,
+  with no clearly better passage elsewhere, settle it whatever the question's words); a much better
   re-searched passage the agent was not shown means its passages missed it; a re-searched passage
   without the subject the retrieved ones share is a lexical trap (`triage.judges.offline.containment`);
 - **grounding** (`answer_grounded`): every specific of the answer is in what the agent saw (the
   question's own, placeholders and arithmetic on shown numbers exempt), no `key: value` or negation
   contradicts a passage, no invisible character hides in a word, and most of the answer's words are
   the passages' words (`triage.judges.offline.grounding`);
-- **declining** (`answer_declined`): a decline phrase, in English or nine other languages
+- **declining** (`answer_declined`): a decline phrase, in English or 21 other languages, or an
+  English sentence that names the agent's sources and says they do not tell
   (`triage.judges.offline.declines`).
 
 Confidence is `high` only where the signal is clear-cut (measured on the evaluation set: see

@@ -10,7 +10,9 @@ by how rare each need is among the trace's own passages:
   docs are English.
 - **answer support**: the share of the answer's specifics (question's own left out) that the
   retrieved passages hold, for an answer that does not decline. An answer whose specifics are
-  the passages' is evidence the passages answer; it adds to the best retrieved coverage.
+  the passages' is evidence the passages answer; it adds to the best retrieved coverage, and where
+  most of them are the passages' and no passage elsewhere is clearly better, it settles it
+  (`SUPPORT_HOLD`): the user's words need not be the docs' words.
 - **a better passage elsewhere**: the best re-searched passage the agent was not shown (another
   page, or another section of a page it retrieved), covering the question clearly better than the
   best retrieved passage, means the agent's passages missed the answer (a retrieval or routing miss).
