@@ -76,7 +76,7 @@ def test_a_no_search_trace_is_judged_by_the_heuristic_not_the_judge() -> None:
     layers = by_trace(source.written())
     skip = layers["skip"]
     assert skip.value == "agent_skipped_retrieval"
-    assert skip.metadata["judge"] == "heuristic" and skip.metadata["prompt_version"] == "heuristic-2"
+    assert skip.metadata["judge"] == "heuristic" and skip.metadata["prompt_version"] == "heuristic-3"
     assert skip.metadata["facts"]["agent_searched"] is False
     assert layers["searched"].metadata["judge"] == "fake"
     assert result.written == 4 and result.exit_code == ExitCode.OK

@@ -230,7 +230,7 @@ class HeuristicJudge:
     """Facts from question coverage, answer specifics and decline phrases. Needs no model."""
 
     name = "heuristic"
-    prompt_version: str | None = "heuristic-2"
+    prompt_version: str | None = "heuristic-3"
     needs_research = True
     #: grounding is free here (no model call), so `grounding=False` changes nothing
     can_skip_grounding = False
