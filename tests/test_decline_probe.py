@@ -33,5 +33,10 @@ def test_the_benchmark_reports_every_probe_and_split() -> None:
         [sys.executable, str(ROOT / "bench" / "declines.py")], capture_output=True, text=True, check=True
     ).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and ".jsonl" in line]
-    expected = {(p.name, json.loads(line)["split"]) for p in PROBES for line in p.read_text().splitlines() if line}
+    expected = {
+        (p.name, json.loads(line)["split"])
+        for p in PROBES
+        for line in p.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    }
     assert {(r.split("|")[1].strip(), r.split("|")[2].strip()) for r in rows} == expected

@@ -11,7 +11,7 @@ from triage.domain.records import Facts, Passage, ToolCall, Trace
 from triage.domain.rule import decide
 from triage.judges.heuristic import HeuristicJudge, unsupported
 from triage.judges.offline import containment as cont
-from triage.judges.offline.declines import declines
+from triage.judges.offline.declines import absence_cues, declines, listed_phrases
 from triage.judges.offline.grounding import (
     Grounding,
     answer_text,
@@ -651,8 +651,11 @@ def test_names_the_answers_own_code_binds_are_no_claims() -> None:
     )
     assert bound_names(answer) == {"lgbm_task", "comp"}
     # a keyword argument inside a call's brackets binds nothing: it is a claim about the API
-    missing, _ = unsupported_specifics(answer, ["train_lgbm dsl.If dsl.component"])
+    missing, _ = unsupported_specifics(answer, ["train_lgbm dsl.If dsl.component; a task's .output"])
     assert missing == ["http://x", "pip_extra_index_url"]
+    # an attribute of the answer's own name is checked as any name is: an invented method is unseen
+    invented = "```python\nclient = kfp.Client()\n```\n\nThen `client.resume_all()`."
+    assert unsupported_specifics(invented, ["kfp.Client"])[0] == ["client.resume_all()"]
 
 
 async def _decline_evidence(answer: str) -> tuple[bool, str]:
@@ -672,7 +675,9 @@ async def _decline_evidence(answer: str) -> tuple[bool, str]:
 async def test_a_decline_by_cues_alone_or_an_unnamed_absence_is_never_sure() -> None:
     # the phrase list's decline is clear-cut; the cue check's is not (it may be a claim naming the docs)
     assert await _decline_evidence("I couldn't find a CSRF setting in the docs.") == (True, "high")
-    assert await _decline_evidence("None of the four results explain the CSRF cookie.") == (True, "medium")
+    cue_only = "The material in front of me never spells out the CSRF policy."
+    assert not listed_phrases(cue_only)
+    assert await _decline_evidence(cue_only) == (True, "medium")
     # a substantive answer that says something is not told may be a decline the checks miss
     covers = "Set `APP_PREFIX` and `USERID_HEADER` on the web app's Deployment; nothing about TLS needs to change."
     assert await _decline_evidence(covers) == (False, "medium")
@@ -680,13 +685,61 @@ async def test_a_decline_by_cues_alone_or_an_unnamed_absence_is_never_sure() -> 
     assert await _decline_evidence(plain) == (False, "high")
 
 
+def test_an_absence_cue_needs_no_source_and_the_phrase_list_stands_alone() -> None:
+    assert absence_cues("Set the variable; nothing about TLS needs to change.") == ["nothing about"]
+    assert absence_cues("Set `APP_PREFIX` to `/models`.") == []
+    assert listed_phrases("I couldn't find it.") == ["I couldn't find"]
+    assert listed_phrases("The material in front of me never spells out the policy.") == []
+
+
 @pytest.mark.parametrize(
     ("answer", "declined"),
     [
         ("The docs say that if the ConfigMap is not provided, you deploy it in the namespace.", False),
+        ("The docs say that if the ConfigMap has not been provided, you deploy it.", False),
+        ("The ConfigMap is still not provided by the chart, so create it.", False),
+        ("Per the docs, no data is lost when the pod restarts.", False),
+        ("The trial results don't include the metric unless the collector parses it.", False),
+        ("If none of the containers become ready, the trial stays Pending.", False),
+        ("The condition reports status: Unknown until the controller reconciles.", False),
+        ("Short answer: none. Katib needs no extra config.", False),
+        ("None of them mention the retry budget.", True),
+        ("The documentation never mentions a quota.", True),
+        ("I cant find anything about this in the docs.", True),
+        ("I'm not sure whether Katib supports this at all; you could ask on Slack.", True),
+        ("Si no se especifica el namespace, se usa el del perfil.", False),
+        ("Dem Upgrade steht nichts im Weg.", False),
+        ("В пайплайне описан шаг обучения.", False),
+        ("如果不知道 Profile 的名字，运行 kubectl get profiles。", False),
         ("From the page I found: it covers the variables, but nothing about TLS.", True),
         ("I can't pin this down from the documentation.", True),
     ],
 )
 def test_a_passive_is_no_telling_and_the_texts_may_be_it(answer: str, declined: bool) -> None:
     assert declines(answer) is declined
+
+
+def test_a_yes_or_no_word_in_the_question_is_no_value_of_the_users() -> None:
+    passages = ["enable_caching: false keeps every run fresh"]
+    question = "Is it true that caching is on?"
+    found = value_contradictions("Set enable_caching: true.", passages, [question, *passages, "true"], question)
+    assert found  # "true" in the question is a word, not the user's value: still a swap
+
+
+def test_a_template_ends_before_punctuation_and_many_slots_stay_linear() -> None:
+    seen = ["The role is kubeflow-<USER_ROLE>. Files: <NAME>.yaml"]
+    missing, _ = unsupported_specifics("Bind `kubeflow-view`, apply `team.yaml`.", seen)
+    assert missing == ["team.yaml"]  # `<NAME>.yaml` is no template: its only literal is an extension
+    slots = ["x-<A>-<B>-<C>-y"]
+    needle = "`x-" + "a-" * 3000 + "y`"
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (unsupported_specifics(needle, slots), done.set()), daemon=True)
+    worker.start()
+    assert done.wait(10), "template matching backtracks: a guard against a catastrophic match, not a speed target"
+
+
+def test_one_common_specific_is_no_support() -> None:
+    q = "How long does the tuner wait before it gives up on a hopeless try?"
+    found = cont.contain(q, "Run `min_trials_required`.", [], [PAGE], [PAGE, *NOISE], answer_counts=True)
+    assert found.answer_support == 1.0 and found.answer_specifics == 1
+    assert not found.supported

@@ -212,7 +212,7 @@ def _decline_evidence(sig: Signals, trace: Trace) -> Evidence:
         english = looks_english(trace.answer)
         # a decline that goes on to offer specifics it never saw is a hedge, not a clean decline; one
         # found by cues alone (no listed phrase) may be a claim that happens to name the docs
-        listed = bool(listed_phrases(trace.answer))
+        listed = bool(listed_phrases(answer_text(trace.answer)))
         return Evidence(
             quotes=sig.decline_phrases[:3],
             confidence="high" if english and listed and not sig.grounding.unsupported else "medium",
@@ -221,7 +221,7 @@ def _decline_evidence(sig: Signals, trace: Trace) -> Evidence:
     substantive = len(specifics(trace.answer)) >= 1 and len(trace.answer) >= 80
     # "it covers the variables, but nothing about TLS": an absence named without the sources is
     # no decline the checks see, and perhaps one they miss
-    absent = absence_cues(trace.answer)
+    absent = absence_cues(answer_text(trace.answer))
     note = f"no decline phrase; says something is not told ({absent[0]})" if absent else "no decline phrase"
     return Evidence(confidence="high" if substantive and not absent else "medium", note=note)
 

@@ -46,6 +46,8 @@ DECLINED_HOLD_THRESHOLD = 0.85
 #: answer when no passage elsewhere covers the question clearly better (`OUTRANK_MARGIN`): the user's
 #: words may not be the docs' words, the answer's specifics taken from the passages bridge them
 SUPPORT_HOLD = 0.7
+#: ... of at least this many specifics
+SUPPORT_MIN = 2
 #: a re-searched passage counts (for the index, or as a better passage elsewhere) only if it holds
 #: this share of the question's words that the retrieved passages hold: the subject the agent's
 #: search did find. One that holds the rare words without the subject is a lexical trap
@@ -128,6 +130,7 @@ class Containment:
     retrieved_best: Scored | None
     elsewhere_best: Scored | None  # the best on-topic re-searched passage the agent was not shown
     declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
+    answer_specifics: int = 0  # how many specifics `answer_support` is a share of
 
     @property
     def retrieved_score(self) -> float:
@@ -155,6 +158,8 @@ class Containment:
         elsewhere covers the question clearly better than they do."""
         if self.retrieved_best is None or self.answer_support is None or self.answer_support < SUPPORT_HOLD:
             return False
+        if self.answer_specifics < SUPPORT_MIN:
+            return False  # one common specific (`kubectl`) says nothing about which passage answers
         rival = self.elsewhere_best.coverage if self.elsewhere_best else 0.0
         return rival < self.retrieved_best.coverage + OUTRANK_MARGIN
 
@@ -201,6 +206,7 @@ def contain(
     r_scored = [score(p) for p in retrieved]
     s_scored = [score(p) for p in researched] if researched is not None else None
     support: float | None = None
+    wanted: list[str] = []
     if answer_counts and retrieved:
         asked = squash(question)
         wanted = [s for s in specifics(strip_invisible(answer)) if squash(s) not in asked]
@@ -222,4 +228,5 @@ def contain(
         retrieved_best=r_best,
         elsewhere_best=max(elsewhere, key=lambda s: s.coverage, default=None),
         declined=declined,
+        answer_specifics=len(wanted),
     )

@@ -190,37 +190,67 @@ _TEMPLATE_SLOT = re.compile(r"<[A-Z][A-Z0-9_]*>|\$\{[A-Z][A-Z0-9_]*\}")
 #: a template's reach on either side of a placeholder: bounded, so a long run of word characters
 #: costs linear time
 _NAME_BEFORE = re.compile(r"[\w./:-]{0,80}\Z")
-_NAME_AFTER = re.compile(r"[\w./:<>${}-]{0,80}")
+_NAME_AFTER = re.compile(r"(?:[\w./:-]|<[A-Z][A-Z0-9_]*>|\$\{[A-Z][A-Z0-9_]*\})*")
+#: a slot is filled by one name: these characters, at least one
+_FILL = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.@-")
+#: a Kubernetes name is at most 253 characters; longer needles are no filled-in template
+_MAX_NAME = 253
+_MAX_SLOTS = 3
+_EXTENSION = re.compile(r"\.(?:ya?ml|json|py|sh|txt|toml|md)$")
 
 
-def _templates(text: str) -> list[re.Pattern[str]]:
-    """The templates of `text` as patterns, a placeholder standing for one name (`[\w.@-]+`). A
-    template needs a literal part of three characters or more: `<NAME>` alone fits anything."""
-    found: dict[str, re.Pattern[str]] = {}
+def _templates(text: str) -> list[tuple[str, ...]]:
+    r"""The templates of `text`, each as its literal parts (lower case) around its placeholders. A
+    template needs a literal part of three characters or more besides a file extension (`<NAME>`
+    or `<NAME>.yaml` alone fits anything), and at most three placeholders."""
+    found: dict[tuple[str, ...], None] = {}
     for slot in _TEMPLATE_SLOT.finditer(text):
         before = _NAME_BEFORE.search(text, max(0, slot.start() - 80), slot.start())
-        after = _NAME_AFTER.match(text, slot.end())
+        after = _NAME_AFTER.match(text, slot.end(), slot.end() + 80)
         template = (before.group(0) if before else "") + slot.group(0) + (after.group(0) if after else "")
-        literal = _TEMPLATE_SLOT.split(template)
-        if template in found or max(len(part.strip("-_./:")) for part in literal) < 3:
+        template = template.rstrip(".:/-")  # a sentence's period, a colon: no part of the name
+        parts = tuple(part.lower() for part in _TEMPLATE_SLOT.split(template))
+        if len(parts) - 1 > _MAX_SLOTS:
             continue
-        found[template] = re.compile("[\\w.@-]+".join(re.escape(part.lower()) for part in literal))
-    return list(found.values())
+        if max(len(_EXTENSION.sub("", part).strip("-_./:")) for part in parts) < 3:
+            continue
+        found[parts] = None
+    return list(found)
 
 
-def _fills_template(needle: str, templates: Sequence[re.Pattern[str]]) -> bool:
+def _fills(name: str, parts: tuple[str, ...]) -> bool:
+    """`name` is the template `parts` with each slot filled by one name (`_FILL` characters). The
+    literals are found left to right, each slot taking what lies between: linear, no backtracking
+    (the earliest place for each literal leaves the most room for the rest)."""
+    if len(name) < len(parts[0]) + len(parts[-1]) + 1:
+        return False
+    if not name.startswith(parts[0]) or not name.endswith(parts[-1]):
+        return False
+    at, end = len(parts[0]), len(name) - len(parts[-1])
+    for literal in parts[1:-1]:
+        found = name.find(literal, at + 1, end) if literal else at + 1
+        if found < 0 or not _FILL.issuperset(name[at:found]):
+            return False
+        at = found + len(literal)
+    return end > at and _FILL.issuperset(name[at:end])
+
+
+def _fills_template(needle: str, templates: Sequence[tuple[str, ...]]) -> bool:
     """`needle` (lower case), or the name of its `Kind/name`, is a passage's template filled in."""
+    if len(needle) > _MAX_NAME:
+        return False
     names = {needle}
     if needle.count("/") == 1 and ":" not in needle:
         names.add(needle.split("/")[1])  # `clusterrole/kubeflow-view`
-    return any(t.fullmatch(name) for t in templates for name in names)
+    return any(_fills(name, parts) for parts in templates for name in names)
 
 
 _FENCE_BODY = re.compile(r"^ *(?:```|~~~)[^\n]*\n(.*?)(?:^ *(?:```|~~~)|\Z)", re.DOTALL | re.MULTILINE)
 #: a name the answer's own code binds (`lgbm_task = train_lgbm()`, `for trial in ...`, `with ... as
 #: client`, `def make_op(`): the answer's variable, no claim about Kubeflow
 _BOUND = re.compile(
-    r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]+(\w+)|(\w+)(?:[ \t]*,[ \t]*\w+)*[ \t]*(?::[^=\n]+)?=(?!=)"
+    # `a, b = ...` and `x: int = ...` (a Python annotation; YAML's `args: --epochs=10` is none)
+    r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]+(\w+)|(\w+(?:[ \t]*,[ \t]*\w+)*)[ \t]*(?::[ \t]*[\w\[\]., ]+)?=(?!=)"
     r"|for[ \t]+(\w+)[ \t]+in\b)|\bas[ \t]+(\w+)[ \t]*:",
     re.MULTILINE,
 )
@@ -235,14 +265,19 @@ def bound_names(answer: str) -> set[str]:
         for line in block.splitlines():
             if depth == 0:
                 for match in _BOUND.finditer(line):
-                    names.update(n.lower() for n in match.groups() if n and len(n) > 1)
+                    found = (n for group in match.groups() if group for n in re.split(r"[ \t]*,[ \t]*", group))
+                    names.update(n.lower() for n in found if len(n) > 1)
             depth = max(0, depth + sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}"))
     return names
 
 
-def _own_name(needle: str, bound: set[str]) -> bool:
-    """`needle` is a bound name or an attribute or call of one (`lgbm_task.output`, `client.get()`)."""
-    return bool(bound) and re.split(r"[.(\[]", needle, maxsplit=1)[0] in bound
+def _own_name(needle: str, bound: set[str], haystack_words: set[str]) -> bool:
+    """`needle` is a bound name, or an attribute or call of one whose names are seen
+    (`lgbm_task.output`; not an invented `client.magic_resume_all()`)."""
+    head, _, rest = needle.partition(".")
+    if not bound or re.split(r"[(\[]", head, maxsplit=1)[0] not in bound:
+        return False
+    return all(word in haystack_words for word in re.findall(r"[a-z_][a-z0-9_]*", rest))
 
 
 #: a file name: what comes before its extension
@@ -264,7 +299,7 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
     q = squash(question)
     q_spaced = _SEPARATORS.sub(" ", q)
     shown = _numbers("\n".join(texts))
-    templates: list[re.Pattern[str]] | None = None  # made when first needed
+    templates: list[tuple[str, ...]] | None = None  # made when first needed
     bound = bound_names(answer)
     missing: list[str] = []
     checked = 0
@@ -280,7 +315,7 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             and _words_in(_SEPARATORS.sub(" ", needle).strip(), q_spaced)
         ):
             continue  # the question's own words, joined: "simulated annealing" as `simulated-annealing`
-        if not number and _own_name(needle, bound):
+        if not number and _own_name(needle, bound, haystack_words):
             continue  # the answer's own variable (`lgbm_task` in its `lgbm_task = train_lgbm()`)
         named = _FILE_NAME.fullmatch(needle)
         if named and re.search(r"[-_\d]", named.group(1)) and _words_in(named.group(1), q):
@@ -343,6 +378,10 @@ def pairs(text: str) -> dict[str, set[str]]:
     return out
 
 
+#: values any question may hold as words ("is it true that ..."): never the user's own value
+_GENERIC_VALUE = re.compile(r"(?i)true|false|yes|no|on|off|none|null|enabled|disabled|\d[\d.]*")
+
+
 def _swaps(
     answer: str, passages: Sequence[str], seen: Sequence[str], question: str
 ) -> list[tuple[str, bool]]:
@@ -360,7 +399,7 @@ def _swaps(
         mine = {v for v in values if not _PLACEHOLDER.search(v) and squash(v) in haystack}
         if len(key) > 2 and theirs and mine and not values & theirs:
             said = f"{key}: {sorted(mine)[0]} (the passages give {', '.join(sorted(theirs)[:3])})"
-            found.append((said, any(_words_in(squash(v), asked) for v in values)))
+            found.append((said, any(_words_in(squash(v), asked) for v in values if not _GENERIC_VALUE.fullmatch(v))))
     return found
 
 
