@@ -40,3 +40,13 @@ def test_the_benchmark_reports_every_probe_and_split() -> None:
         if line.strip()
     }
     assert {(r.split("|")[1].strip(), r.split("|")[2].strip()) for r in rows} == expected
+
+
+def test_the_probes_stay_read_right() -> None:
+    # a regression floor, not the figure: the probes were read while the patterns were written
+    # (evals/declines/README.md), so only a drop means something
+    from triage.judges.offline.declines import declines
+
+    rows = [json.loads(line) for p in PROBES for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    right = sum(declines(r["answer"]) == r["declined"] for r in rows)
+    assert right / len(rows) >= 0.97

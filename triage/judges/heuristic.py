@@ -199,7 +199,6 @@ def _grounding_evidence(sig: Signals) -> Evidence:
         f"; the passages' example filled in with the question's values ({g.filled[0]})" if g.filled else ""
     )
     return Evidence(
-        quotes=g.filled[:3],
         confidence="high" if clear else "medium" if prose is None or prose >= 0.75 else "low",
         note=f"all {g.checked} specifics seen{prose_note}{filled_note}",
     )

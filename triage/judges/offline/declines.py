@@ -15,6 +15,7 @@ names what the agent read or searched (`_SOURCE`) and says, in the same breath, 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from triage.judges.offline.text import looks_english, plain, without_code
 
@@ -285,6 +286,7 @@ def _untold(text: str) -> list[str]:
 _EMPHASIS_MARKS = re.compile(r"(?<![\w*])[*_]{1,3}(?=\S)|(?<=\S)[*_]{1,3}(?![\w*])")
 
 
+@lru_cache(maxsize=256)
 def _prose(answer: str) -> str:
     """`answer` as the patterns read it: apostrophes normalised, any run of whitespace as one space
     (the patterns spell one; a phrase wraps at a line end or holds a no-break space), emphasis marks
