@@ -1,7 +1,7 @@
 """The ceiling: with a perfect model (tests/doubles/perfect_model.py) behind the `llm` and the
 `cascade` judge, the real CLI lands every case of the evaluation set on its layer.
 
-The whole set (206 cases) through `triage feedback` twice, against the perfect model through the
+The whole set (234 cases) through `triage feedback` twice, against the perfect model through the
 real `openai` client: about 20 s a judge on 2 cores. Skips where ../shared/corpus is absent.
 """
 

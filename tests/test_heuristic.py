@@ -683,6 +683,9 @@ async def test_a_decline_by_cues_alone_or_an_unnamed_absence_is_never_sure() -> 
     assert await _decline_evidence(covers) == (False, "medium")
     plain = "Set `APP_SECURE_COOKIES` to `False` on the models web app's Deployment, then restart it."
     assert await _decline_evidence(plain) == (False, "high")
+    # other languages' phrase lists are thinner: no phrase found there is never sure
+    dutch = "Zet `APP_SECURE_COOKIES` op `False` in de Deployment van de models web app en herstart hem."
+    assert await _decline_evidence(dutch) == (False, "medium")
 
 
 def test_an_absence_cue_needs_no_source_and_the_phrase_list_stands_alone() -> None:
@@ -711,6 +714,9 @@ def test_an_absence_cue_needs_no_source_and_the_phrase_list_stands_alone() -> No
         ("Dem Upgrade steht nichts im Weg.", False),
         ("В пайплайне описан шаг обучения.", False),
         ("如果不知道 Profile 的名字，运行 kubectl get profiles。", False),
+        ("The control plane has four parts, and nothing I found describes trials in another cluster.", True),
+        ("Short answer: not as far as the docs go.", True),
+        ("Dat kan ik uit de documentatie niet opmaken; het staat er niet.", True),
         ("From the page I found: it covers the variables, but nothing about TLS.", True),
         ("I can't pin this down from the documentation.", True),
     ],
@@ -743,3 +749,24 @@ def test_one_common_specific_is_no_support() -> None:
     found = cont.contain(q, "Run `min_trials_required`.", [], [PAGE], [PAGE, *NOISE], answer_counts=True)
     assert found.answer_support == 1.0 and found.answer_specifics == 1
     assert not found.supported
+
+
+@pytest.mark.anyio
+async def test_not_in_the_index_is_never_sure_where_the_retrieved_page_has_more_sections() -> None:
+    # right page, wrong chunks: another section of the page the agent retrieved may answer in words
+    # the question does not use, so the cascade asks the model
+    shown = Passage(id="R1", collection="docs", source_url="https://docs/x", text="Katib runs experiments.")
+    other = Passage(id="S9", collection="docs", source_url="https://docs/x", text="Trials report metrics.")
+    trace = Trace(
+        id="t",
+        question="Can the tuner email me when a hopeless try is stopped?",
+        answer="I couldn't find that in the docs.",
+        tool_calls=[ToolCall(id="c", name="search", args={"query": "email"}, collection="docs")],
+        passages=[shown],
+    )
+    base = Facts(agent_searched=True, agent_searched_collections=["docs"])
+    alone = await HeuristicJudge().judge(trace, [shown, *NOISE], None, base)
+    more = await HeuristicJudge().judge(trace, [shown, *NOISE, other], None, base)
+    assert alone.index_has_answer is False and more.index_has_answer is False
+    assert alone.evidence["index_has_answer"].confidence == "high"
+    assert more.evidence["index_has_answer"].confidence == "medium"

@@ -91,6 +91,13 @@ def _band(distance: float, clear: float, near: float) -> Confidence:
     return "high" if distance >= clear else "medium" if distance >= near else "low"
 
 
+def _more_of_a_retrieved_page(c: cont.Containment) -> bool:
+    """Some re-searched passage the agent was not shown comes from a page it retrieved."""
+    pages = {s.passage.source_url for s in c.retrieved if s.passage.source_url}
+    shown = {s.passage.text for s in c.retrieved}
+    return any(s.passage.source_url in pages and s.passage.text not in shown for s in c.researched or [])
+
+
 def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None, dict[str, Evidence]]:
     c = sig.containment
     retrieved = c.retrieved_holds
@@ -155,6 +162,10 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
         if not index and not retrieved:
             # the index holds the retrieved passages: "not in the index" is no surer than "not in them"
             i_conf = min(i_conf, r_conf, key=_LEVELS.index)
+            if i_conf == "high" and _more_of_a_retrieved_page(c):
+                # right page, wrong chunks: its other sections may answer in words the question lacks
+                i_conf = "medium"
+                i_note += "; the re-search found other sections of a page the agent retrieved"
         evidence["index_has_answer"] = Evidence(
             passage_ids=[holder.id] if holder else [], confidence=i_conf, note=i_note
         )
@@ -222,7 +233,9 @@ def _decline_evidence(sig: Signals, trace: Trace) -> Evidence:
     # no decline the checks see, and perhaps one they miss
     absent = absence_cues(answer_text(trace.answer))
     note = f"no decline phrase; says something is not told ({absent[0]})" if absent else "no decline phrase"
-    return Evidence(confidence="high" if substantive and not absent else "medium", note=note)
+    # the phrase lists of other languages are thinner than English's: no phrase there is no sure sign
+    sure = substantive and not absent and looks_english(trace.answer)
+    return Evidence(confidence="high" if sure else "medium", note=note)
 
 
 class HeuristicJudge:

@@ -76,6 +76,8 @@ _EN = [
     r"\b(?:answer|result)\s*[:=]\s*[\"']?(?:unknown|not[_ ]found|n/a)\b|\bstatus\s*[:=]\s*[\"']?not_found\b",
     r"\b(?:i|we) (?:haven't|have not|never) (?:found|seen|come across)\b",
     r"\bcame up empty\b",
+    r"\bnothing (?:i|we) (?:found|read|retrieved|saw|have|got) (?:\w+ )?(?:describes?|mentions?|covers?|says?|explains?"
+    r"|documents?|addresses?)\b|\bnot as far as the (?:docs|documentation|pages|sources) (?:go|goes|say|tell)\b",
     r"\bfound nothing\b",
     r"\bno (?:relevant |specific |such )?(?:information|mention|documentation|details?) (?:about|on|of|regarding|in)\b",
     # "No relevant results." opening a sentence; not "the selector returns no results for it"
@@ -161,6 +163,8 @@ _OTHER = [
     r"\b(?:niets|niks) (?:kunnen )?(?:vinden|gevonden)\b|\bniet (?:kunnen )?vinden\b|\bniet gevonden\b",
     r"\b(?:zeggen|zegt|vermelden|vermeldt|beschrijven|beschrijft) (?:er )?niets\b",
     r"\bgeen (?:informatie|documentatie)\b|\bniet (?:gedocumenteerd|beschreven|vermeld)\b",
+    r"\bkan ik (?:\w+ ){0,4}niet (?:opmaken|vinden|zeggen|bevestigen|beantwoorden)\b"
+    r"|\bstaat er (?:dus |ook |helaas )?niet\b",
     # Polish
     r"\bnie (?:uda[łl]o mi si[ęe]|mog[ęe]|mogli[śs]my) (?:znale[źz][ćc]|odnale[źz][ćc])\b",
     r"\bnie znalaz[łl](?:em|am|y[śs]my)\b|\bbrak informacji\b",
