@@ -29,7 +29,7 @@ from triage.domain.ports import SearchMore
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
 from triage.judges import guard
 from triage.judges.offline import containment as cont
-from triage.judges.offline.declines import absence_cues, decline_phrases, declines, listed_phrases
+from triage.judges.offline.declines import absence_cues, cue_phrases, declines, listed_phrases
 from triage.judges.offline.grounding import Grounding, answer_text, check, unsupported_specifics
 from triage.judges.offline.text import looks_english, specifics
 
@@ -62,6 +62,8 @@ class Signals:
     grounding: Grounding
     declined: bool
     decline_phrases: list[str]
+    #: the phrases come from the phrase lists (not the cue check alone)
+    decline_listed: bool = False
 
     @property
     def unsupported(self) -> list[str]:
@@ -76,12 +78,13 @@ class Signals:
 
 def signals(trace: Trace, research: list[Passage] | None) -> Signals:
     answer = answer_text(trace.answer)
-    phrases = decline_phrases(answer)
+    listed = listed_phrases(answer)
+    phrases = listed or cue_phrases(answer)
     declined = bool(phrases)
     grounding = check(trace.answer, _seen(trace), [p.text for p in trace.passages], trace.question)
     counts = not declined and not grounding.empty
     found = cont.contain(trace.question, answer, trace.tool_calls, trace.passages, research, counts, declined)
-    return Signals(found, grounding, declined, phrases)
+    return Signals(found, grounding, declined, phrases, bool(listed))
 
 
 _LEVELS: tuple[Confidence, ...] = ("low", "medium", "high")
@@ -222,7 +225,7 @@ def _decline_evidence(sig: Signals, trace: Trace) -> Evidence:
         english = looks_english(trace.answer)
         # a decline that goes on to offer specifics it never saw is a hedge, not a clean decline; one
         # found by cues alone (no listed phrase) may be a claim that happens to name the docs
-        listed = bool(listed_phrases(answer_text(trace.answer)))
+        listed = sig.decline_listed
         return Evidence(
             quotes=sig.decline_phrases[:3],
             confidence="high" if english and listed and not sig.grounding.unsupported else "medium",

@@ -305,8 +305,12 @@ def listed_phrases(answer: str) -> list[str]:
 
 def decline_phrases(answer: str) -> list[str]:
     """The decline phrases in `answer`, as written: the phrase lists', else the cue check's."""
-    text = _prose(answer)
-    return [m.group(0) for m in DECLINE_PATTERNS.finditer(text)] or _untold(text)
+    return listed_phrases(answer) or cue_phrases(answer)
+
+
+def cue_phrases(answer: str) -> list[str]:
+    """What the cue check finds in `answer` (English sentences naming the sources, see above)."""
+    return _untold(_prose(answer))
 
 
 def absence_cues(answer: str) -> list[str]:

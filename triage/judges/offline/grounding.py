@@ -384,23 +384,25 @@ _GENERIC_VALUE = re.compile(r"(?i)true|false|yes|no|on|off|none|null|enabled|dis
 
 def _swaps(
     answer: str, passages: Sequence[str], seen: Sequence[str], question: str
-) -> list[tuple[str, bool]]:
-    """The answer's `key: value` pairs whose key the passages give, only ever with other values, each
-    with whether the question supplies the answer's value."""
+) -> tuple[list[str], list[str]]:
+    """The answer's `key: value` pairs whose key the passages give, only ever with other values: the
+    swapped ones, and those whose value the question supplies (`Grounding.filled`)."""
     given: dict[str, set[str]] = {}
     for text in passages:
         for key, values in pairs(text).items():
             given.setdefault(key, set()).update(values)
     haystack = squash("\n".join([*passages, *seen]))
     asked = squash(question)
-    found = []
+    swapped: list[str] = []
+    filled: list[str] = []
     for key, values in pairs(answer).items():
         theirs = {v for v in given.get(key, set()) if not _PLACEHOLDER.search(v)}
         mine = {v for v in values if not _PLACEHOLDER.search(v) and squash(v) in haystack}
         if len(key) > 2 and theirs and mine and not values & theirs:
             said = f"{key}: {sorted(mine)[0]} (the passages give {', '.join(sorted(theirs)[:3])})"
-            found.append((said, any(_words_in(squash(v), asked) for v in values if not _GENERIC_VALUE.fullmatch(v))))
-    return found
+            asked_for = any(_words_in(squash(v), asked) for v in values if not _GENERIC_VALUE.fullmatch(v))
+            (filled if asked_for else swapped).append(said)
+    return swapped, filled
 
 
 def value_contradictions(
@@ -410,7 +412,7 @@ def value_contradictions(
     value itself is seen elsewhere (a swapped value; an unseen value is already an unsupported
     specific). A value the question supplies is the user's own, filled into the docs' example
     (`name: dana` for "owned by dana"), not a swap (`Grounding.filled`)."""
-    return [said for said, asked in _swaps(answer, passages, seen, question) if not asked]
+    return _swaps(answer, passages, seen, question)[0]
 
 
 def negation_contradictions(answer: str, passages: Sequence[str], question: str = "") -> list[str]:
@@ -461,11 +463,8 @@ def check(answer: str, seen: Sequence[str], passages: Sequence[str], question: s
     text = answer_text(answer)
     missing, checked = unsupported_specifics(text, seen, question)
     marks = invisible_marks(text)
-    swaps = _swaps(text, passages, seen, question)
-    contradictions = [said for said, asked in swaps if not asked] + negation_contradictions(
-        text, passages, question
-    )
-    filled = [said for said, asked in swaps if asked]
+    swapped, filled = _swaps(text, passages, seen, question)
+    contradictions = swapped + negation_contradictions(text, passages, question)
     prose = prose_support(text, seen, question)
     return Grounding(
         marks + missing, contradictions, checked, prose_support=prose, invisible=marks, filled=filled
