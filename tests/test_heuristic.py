@@ -24,7 +24,15 @@ from triage.judges.offline.grounding import (
     unsupported_specifics,
     value_contradictions,
 )
-from triage.judges.offline.text import Pool, looks_english, specifics, stem, word_set
+from triage.judges.offline.text import (
+    Pool,
+    fenced_code,
+    looks_english,
+    specifics,
+    stem,
+    without_code,
+    word_set,
+)
 
 
 def test_words_meet_across_forms_and_identifiers() -> None:
@@ -656,6 +664,24 @@ def test_names_the_answers_own_code_binds_are_no_claims() -> None:
     # an attribute of the answer's own name is checked as any name is: an invented method is unseen
     invented = "```python\nclient = kfp.Client()\n```\n\nThen `client.resume_all()`."
     assert unsupported_specifics(invented, ["kfp.Client"])[0] == ["client.resume_all()"]
+
+
+def test_a_fenced_block_ends_at_a_fence_of_its_own_kind() -> None:
+    # a `~~~` line inside a ``` block is the block's text (one fence pattern for prose and code alike)
+    answer = "Run:\n\n```sh\ncat <<EOF\n~~~\nxs = 1\nEOF\n```\n\nThen ys = 2.\n\n~~~python\nzs = 3"
+    assert fenced_code(answer) == ["cat <<EOF\n~~~\nxs = 1\nEOF\n", "zs = 3"]
+    assert bound_names(answer) == {"xs", "zs"}  # the prose's `ys = 2` binds nothing
+    assert "xs = 1" not in without_code(answer) and "Then ys = 2." in without_code(answer)
+
+
+def test_a_notebook_named_after_the_question_is_the_questions_own() -> None:
+    # the extensions a file name is read with are one list: `.ipynb` as `.yaml`
+    q = "Why does my churn-model notebook fail to import kfp?"
+    missing, _ = unsupported_specifics("Open `churn-model.ipynb` and run `pip install kfp`.", ["pip install kfp"], q)
+    assert missing == []
+    # ... and a template that is only a placeholder and an extension fits anything, so it is none
+    seen = ["Save it as <NAME>.ipynb."]
+    assert unsupported_specifics("Save it as `train-v2.ipynb`.", seen)[0] == ["train-v2.ipynb"]
 
 
 async def _decline_evidence(answer: str) -> tuple[bool, str]:

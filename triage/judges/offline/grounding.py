@@ -22,8 +22,10 @@ from fractions import Fraction
 
 from triage.judges.offline.declines import declines
 from triage.judges.offline.text import (
+    FILE_EXTENSIONS,
     GROUPED_NUMBER,
     STOPWORDS,
+    fenced_code,
     looks_english,
     plain,
     specifics,
@@ -196,7 +198,7 @@ _FILL = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.@-")
 #: a Kubernetes name is at most 253 characters; longer needles are no filled-in template
 _MAX_NAME = 253
 _MAX_SLOTS = 3
-_EXTENSION = re.compile(r"\.(?:ya?ml|json|py|sh|txt|toml|md)$")
+_EXTENSION = re.compile(rf"\.{FILE_EXTENSIONS}$")
 
 
 def _templates(text: str) -> list[tuple[str, ...]]:
@@ -245,7 +247,6 @@ def _fills_template(needle: str, templates: Sequence[tuple[str, ...]]) -> bool:
     return any(_fills(name, parts) for parts in templates for name in names)
 
 
-_FENCE_BODY = re.compile(r"^ *(?:```|~~~)[^\n]*\n(.*?)(?:^ *(?:```|~~~)|\Z)", re.DOTALL | re.MULTILINE)
 #: a name the answer's own code binds (`lgbm_task = train_lgbm()`, `for trial in ...`, `with ... as
 #: client`, `def make_op(`): the answer's variable, no claim about Kubeflow
 _BOUND = re.compile(
@@ -260,7 +261,7 @@ def bound_names(answer: str) -> set[str]:
     """The names the answer's fenced code binds, lower case (a one-letter name is none). Only lines
     outside brackets bind: `pip_extra_index_url='...'` inside a call is a keyword argument, a claim."""
     names: set[str] = set()
-    for block in _FENCE_BODY.findall(answer):
+    for block in fenced_code(answer):
         depth = 0
         for line in block.splitlines():
             if depth == 0:
@@ -281,7 +282,7 @@ def _own_name(needle: str, bound: set[str], haystack_words: set[str]) -> bool:
 
 
 #: a file name: what comes before its extension
-_FILE_NAME = re.compile(r"([\w.-]+)\.(?:ya?ml|json|py|ipynb|sh|txt|toml|cfg|conf|ini|env|md)")
+_FILE_NAME = re.compile(rf"([\w.-]+)\.{FILE_EXTENSIONS}")
 
 #: hyphens, underscores and spaces: one separator when a specific is compared with the question
 _SEPARATORS = re.compile(r"[-_\s]+")

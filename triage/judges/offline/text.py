@@ -51,7 +51,11 @@ _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u3000-\u303f\uf
 _URL = re.compile(r"https?://[^\s<>()\[\]`'\"\u3000-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]+")
 _FLAG = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
 _CODE = re.compile(r"`([^`\n]+)`")
-_FENCE = re.compile(r"^ *(```|~~~).*?(?:^ *\1|\Z)", re.DOTALL | re.MULTILINE)
+#: a fenced code block: its opening line (the info string after the fence), its body, and the closing
+#: fence of the same kind (or the end of the text, for a block left open)
+FENCE = re.compile(r"^ *(```|~~~)[^\n]*(?:\n(.*?))?(?:^ *\1|\Z)", re.DOTALL | re.MULTILINE)
+#: the extensions of the files answers and docs name (`profile.yaml`, `train.py`)
+FILE_EXTENSIONS = r"(?:ya?ml|json|py|ipynb|sh|txt|toml|cfg|conf|ini|env|md)"
 _IDENT = re.compile(
     r"(?<![\w./-])(?:[A-Za-z_][\w-]*(?:[._/][A-Za-z0-9_-]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+_[A-Za-z0-9_]+"
     r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)"
@@ -93,9 +97,14 @@ def fold(text: str) -> str:
     return unicodedata.normalize("NFKC", strip_invisible(text))
 
 
+def fenced_code(text: str) -> list[str]:
+    """The bodies of the fenced code blocks of `text`."""
+    return [match.group(2) or "" for match in FENCE.finditer(text)]
+
+
 def without_code(text: str) -> str:
     """`text` with its fenced code blocks and inline code spans as a space each: what is left is prose."""
-    return _CODE.sub(" ", _FENCE.sub(" ", text))
+    return _CODE.sub(" ", FENCE.sub(" ", text))
 
 
 def squash(text: str) -> str:
