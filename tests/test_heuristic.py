@@ -796,3 +796,8 @@ async def test_not_in_the_index_is_never_sure_where_the_retrieved_page_has_more_
     assert alone.index_has_answer is False and more.index_has_answer is False
     assert alone.evidence["index_has_answer"].confidence == "high"
     assert more.evidence["index_has_answer"].confidence == "medium"
+    # the retrieved passage re-found with other whitespace, or cut longer, is no other section: a
+    # passage is "shown" by the same test containment uses for "elsewhere"
+    again = shown.model_copy(update={"id": "S8", "text": "Katib  runs\nexperiments. And more of it."})
+    same = await HeuristicJudge().judge(trace, [shown, *NOISE, again], None, base)
+    assert same.evidence["index_has_answer"].confidence == "high"

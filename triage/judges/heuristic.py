@@ -97,8 +97,7 @@ def _band(distance: float, clear: float, near: float) -> Confidence:
 def _more_of_a_retrieved_page(c: cont.Containment) -> bool:
     """Some re-searched passage the agent was not shown comes from a page it retrieved."""
     pages = {s.passage.source_url for s in c.retrieved if s.passage.source_url}
-    shown = {s.passage.text for s in c.retrieved}
-    return any(s.passage.source_url in pages and s.passage.text not in shown for s in c.researched or [])
+    return any(s.passage.source_url in pages and not c.shown(s.passage) for s in c.researched or [])
 
 
 def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None, dict[str, Evidence]]:

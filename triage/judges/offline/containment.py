@@ -132,6 +132,11 @@ class Containment:
     declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
     answer_specifics: int = 0  # how many specifics `answer_support` is a share of
 
+    def shown(self, passage: Passage) -> bool:
+        """`passage` is one the agent retrieved (or cut from one, or one cut from it)."""
+        text = squash(passage.text)
+        return any(_same_passage(text, squash(s.passage.text)) for s in self.retrieved)
+
     @property
     def retrieved_score(self) -> float:
         base = self.retrieved_best.coverage if self.retrieved_best else 0.0
@@ -213,20 +218,15 @@ def contain(
         if wanted:
             held = squash(strip_invisible("\n".join(f"{p.text} {p.source_url or ''}" for p in retrieved)))
             support = sum(squash(s) in held for s in wanted) / len(wanted)
-    r_best = max(r_scored, key=lambda s: s.coverage, default=None)
-    r_texts = [squash(p.text) for p in retrieved]
-    candidates = on_topic(s_scored)
-    elsewhere = [
-        s
-        for s in candidates
-        if not any(_same_passage(squash(s.passage.text), r) for r in r_texts)
-    ]
-    return Containment(
+    found = Containment(
         retrieved=r_scored,
         researched=s_scored,
         answer_support=support,
-        retrieved_best=r_best,
-        elsewhere_best=max(elsewhere, key=lambda s: s.coverage, default=None),
+        retrieved_best=max(r_scored, key=lambda s: s.coverage, default=None),
+        elsewhere_best=None,
         declined=declined,
         answer_specifics=len(wanted),
     )
+    elsewhere = [s for s in on_topic(s_scored) if not found.shown(s.passage)]
+    found.elsewhere_best = max(elsewhere, key=lambda s: s.coverage, default=None)
+    return found
