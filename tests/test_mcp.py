@@ -34,6 +34,7 @@ from tests.doubles.clock import VirtualClock
 from triage.cli import cli
 from triage.domain.config import IndexFolder
 from triage.errors import ConfigError, SearchError
+from triage.reading.passages import json_hits
 from triage.search.index import Index
 from triage.search.mcp_client import MCP_RETRY, McpSearcher, parse_result, passages_from_output
 from triage.search.mcp_server import build_server, format_results
@@ -529,3 +530,40 @@ def test_a_token_with_a_trailing_newline_works_and_is_never_printed(gated_server
     assert result.exit_code == 0, result.output
     assert "Illegal header" not in result.output
     assert TOKEN not in result.stdout and TOKEN not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("output", "want"),
+    [
+        # a retriever's documents (LangChain: page_content, metadata.source)
+        (
+            [{"page_content": "Katib tunes.", "metadata": {"source": "https://k/a", "title": "A"}}],
+            [("https://k/a", "A", "Katib tunes.", None)],
+        ),
+        # another search server's results, with scores
+        (
+            {"results": [{"text": "One.", "url": "https://k/1", "score": 0.9}, {"content": "Two.", "link": "https://k/2"}]},
+            [("https://k/1", None, "One.", 0.9), ("https://k/2", None, "Two.", None)],
+        ),
+        # Elasticsearch's hits
+        (
+            {"hits": {"hits": [{"_score": 3.5, "_source": {"body": "Three.", "path": "docs/three.md"}}]}},
+            [("docs/three.md", None, "Three.", 3.5)],
+        ),
+        ({"results": []}, []),
+    ],
+)
+def test_json_search_results_are_passages(output: Any, want: list[tuple[Any, ...]]) -> None:
+    text = json.dumps(output)
+    got = [(p.source_url, p.title, p.text, p.score) for p in passages_from_output(text, None, "docs")]
+    assert got == want
+    # ... as MCP structured content too
+    assert [(p.source_url, p.title, p.text, p.score) for p in passages_from_output("", output, "docs")] == want
+
+
+def test_content_parts_and_plain_json_are_no_hits() -> None:
+    # `{"type": "text", "text"}` parts are a chat message's content, not search hits
+    assert json_hits([{"type": "text", "text": "hello"}]) is None
+    assert json_hits({"status": "ok", "count": 3}) is None
+    plain = passages_from_output('{"status": "ok"}', None, "docs")
+    assert [p.text for p in plain] == ['{"status": "ok"}']

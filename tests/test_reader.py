@@ -118,6 +118,26 @@ def test_tool_observations_with_markdown_passages() -> None:
     assert trace.passages[0].text == "Set earlyStopping.algorithmName to medianstop."
 
 
+@pytest.mark.parametrize(
+    "output",
+    [
+        # a retriever's documents logged as an object, or as JSON text inside an MCP content part
+        [{"page_content": "Set earlyStopping.", "metadata": {"source": "https://k/early/"}}],
+        {"content": [{"type": "text", "text": json.dumps({"results": [{"text": "Set earlyStopping.", "url": "https://k/early/"}]})}]},
+    ],
+)
+def test_json_search_hits_in_a_tool_output_are_passages(output: Any) -> None:
+    trace = read_trace(
+        "t1",
+        [
+            obs("root", parent=None, input="How do I stop trials early?", output={"output": "Use medianstop."}),
+            obs("tool1", type="TOOL", name="search_kubeflow_docs", input={"query": "early"}, output=output, at=1),
+        ],
+        TOOLS,
+    )
+    assert [(p.id, p.source_url, p.text) for p in trace.passages] == [("R1", "https://k/early/", "Set earlyStopping.")]
+
+
 def test_mcp_result_with_citations_and_span_named_after_tool() -> None:
     result = {
         "content": [{"type": "text", "text": "1. Katib issue about metrics"}],

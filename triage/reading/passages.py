@@ -1,8 +1,9 @@
 """Passages out of a search tool's output, as the docs agent's search server formats it.
 
 Structured `citations` first (their text from the matching Markdown block), else the
-`### Result i (score: x)` Markdown blocks with their `**Source:**` lines, else `**Source:**` blocks
-cut at `---`, else the whole text as one passage. Used on live MCP results and on tool outputs
+`### Result i (score: x)` Markdown blocks with their `**Source:**` lines, else the hits of a JSON
+result (a list of `{text, url, title, score}`-like objects, as other servers and retrievers log them),
+else `**Source:**` blocks cut at `---`, else the whole text as one passage. Used on live MCP results and on tool outputs
 logged in traces alike.
 """
 
@@ -90,9 +91,96 @@ def _citations_and_text(text: str, structured: Any) -> tuple[list[Mapping[str, A
     return [], text
 
 
+#: where a JSON search result keeps its list of hits, and where a hit keeps its text, address, title
+#: and score: the shapes retrievers and search servers log (`{"results": [...]}`, LangChain's
+#: `[{"page_content", "metadata": {"source"}}]`, Elasticsearch's `{"hits": {"hits": [{"_source"}]}}`)
+_HIT_LISTS = ("results", "documents", "docs", "hits", "items", "matches", "chunks", "passages", "data", "sources")
+_HIT_TEXT = ("text", "content", "page_content", "snippet", "content_text", "chunk", "body", "passage")
+_HIT_URL = ("url", "source_url", "source", "link", "uri", "href", "path", "file")
+_HIT_TITLE = ("title", "section", "heading", "name")
+_HIT_SCORE = ("score", "_score", "relevance", "similarity")
+#: a hit list is looked for this deep (`{"hits": {"hits": [...]}}` is two)
+_HIT_DEPTH = 3
+
+
+def _hit_fields(hit: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A hit's own keys, with those of its `metadata` or `_source` beneath (the hit's win)."""
+    merged: dict[str, Any] = {}
+    for nested in ("_source", "metadata", "document"):
+        inner = hit.get(nested)
+        if isinstance(inner, Mapping):
+            merged.update(inner)
+    return {**merged, **{k: v for k, v in hit.items() if k not in ("_source", "metadata", "document")}}
+
+
+def _hit_text(hit: Mapping[str, Any]) -> str | None:
+    for key in _HIT_TEXT:
+        value = hit.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def _is_hit(item: Any) -> bool:
+    """A search hit, not a chat content part (`{"type": "text", "text"}` is one of those)."""
+    if not isinstance(item, Mapping):
+        return False
+    fields = _hit_fields(item)
+    if _hit_text(fields) is None:
+        return False
+    return any(key in fields for key in (*_HIT_URL, *_HIT_TITLE, *_HIT_SCORE)) or "text" not in fields
+
+
+def json_hits(value: Any, depth: int = 0) -> list[Mapping[str, Any]] | None:
+    """The hits of a JSON search result (a list of hits, or one under a `_HIT_LISTS` key), else None."""
+    if isinstance(value, list):
+        if not value:
+            return [] if depth else None  # `{"results": []}`: a search that found nothing
+        return [_hit_fields(v) for v in value] if all(_is_hit(v) for v in value) else None
+    if isinstance(value, Mapping) and depth < _HIT_DEPTH:
+        for key in _HIT_LISTS:
+            if key in value:
+                found = json_hits(value[key], depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def _first_str(hit: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        value = hit.get(key)
+        if isinstance(value, str | int | float) and not isinstance(value, bool) and str(value).strip():
+            return str(value)
+    return None
+
+
+def _hit_passages(hits: list[Mapping[str, Any]], prefix: str, collection: str | None) -> list[Passage]:
+    return [
+        Passage(
+            id=f"{prefix}#{i}",
+            source_url=_first_str(hit, _HIT_URL),
+            collection=collection,
+            text=_hit_text(hit) or "",
+            title=_first_str(hit, _HIT_TITLE),
+            score=next((s for s in (_float(hit.get(k)) for k in _HIT_SCORE) if s is not None), None),
+        )
+        for i, hit in enumerate(hits, 1)
+    ]
+
+
+def _parsed(text: str) -> Any:
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to decode: text
+        return None
+
+
 def passages_from_output(text: str, structured: Any, collection: str | None) -> list[Passage]:
     """Passages of one successful search result: structured citations first (their text from the
-    matching Markdown block), else `**Source:**` Markdown blocks, else the whole text as one passage."""
+    matching Markdown block), else `**Source:**` Markdown blocks, else the hits of a JSON result,
+    else the whole text as one passage."""
     prefix = collection or "search"
     citations, markdown = _citations_and_text(text, structured)
     blocks = markdown_blocks(markdown)
@@ -133,6 +221,9 @@ def passages_from_output(text: str, structured: Any, collection: str | None) -> 
             )
             for i, b in enumerate(blocks, 1)
         ]
+    hits = json_hits(structured) or json_hits(_parsed(text))
+    if hits is not None:
+        return [p for p in _hit_passages(hits, prefix, collection) if p.text.strip()]
     if not text.strip() or _EMPTY.match(text.strip()):
         return []
     if _SOURCE_LINE.search(text):

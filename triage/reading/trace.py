@@ -13,7 +13,7 @@ from typing import Any
 
 from triage.domain.records import Observation, Passage, ToolCall, Trace
 from triage.errors import InputError
-from triage.reading.passages import is_error_text, passages_from_output
+from triage.reading.passages import is_error_text, json_hits, passages_from_output
 
 _TEXT_KEYS = ("content", "text", "output", "input", "answer", "question", "query", "message", "result")
 
@@ -118,6 +118,10 @@ def _tool_output(value: Any) -> tuple[str, list[Mapping[str, Any]], bool]:
     value = parse_raw(value)
     citations: list[Mapping[str, Any]] = []
     is_error = False
+    if json_hits(value) is not None:
+        # a retriever's hits logged as JSON (`[{"page_content", "metadata"}]`, `{"results": [...]}`):
+        # the passage parser reads them from the JSON text
+        return json.dumps(value), citations, False
     if isinstance(value, Mapping):
         structured = value.get("structuredContent") or value.get("structured_content") or {}
         if isinstance(structured, Mapping) and isinstance(structured.get("citations"), list):
