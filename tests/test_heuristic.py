@@ -801,3 +801,55 @@ async def test_not_in_the_index_is_never_sure_where_the_retrieved_page_has_more_
     again = shown.model_copy(update={"id": "S8", "text": "Katib  runs\nexperiments. And more of it."})
     same = await HeuristicJudge().judge(trace, [shown, *NOISE, again], None, base)
     assert same.evidence["index_has_answer"].confidence == "high"
+
+
+async def _retrieved_miss(question: str, answer: str, passage: Passage) -> tuple[bool | None, str, str]:
+    trace = Trace(
+        id="t",
+        question=question,
+        answer=answer,
+        tool_calls=[ToolCall(id="c", name="search", args={"query": "q"}, collection="docs")],
+        passages=[passage],
+    )
+    base = Facts(agent_searched=True, agent_searched_collections=["docs"])
+    facts = await HeuristicJudge().judge(trace, [passage, *NOISE], None, base)
+    ev = facts.evidence
+    return facts.retrieved_has_answer, ev["retrieved_has_answer"].confidence, ev["index_has_answer"].confidence
+
+
+@pytest.mark.anyio
+async def test_a_miss_is_never_sure_where_the_answer_is_the_passages_own_words() -> None:
+    # the user's words (a security review, 400 GB, storage) are not the page's; the answer, in the
+    # page's own words, shows the page answers
+    page = Passage(
+        id="R1",
+        collection="docs",
+        source_url="https://docs/catalog",
+        text="The catalog is a read-only discovery service. It does not store model weights or artifacts, "
+        "only metadata and references to the source repositories.",
+    )
+    question = "Security review: will turning it on pull 400 GB blobs onto our cluster's storage?"
+    faithful = (
+        "No. The catalog is a read-only discovery service: it does not store model weights or artifacts, "
+        "only metadata and references to the source repositories."
+    )
+    invented = (
+        "Yes. Once enabled, it mirrors every blob nightly onto a persistent volume you size yourself, "
+        "then garbage-collects stale copies weekly."
+    )
+    assert await _retrieved_miss(question, faithful, page) == (False, "medium", "medium")
+    assert await _retrieved_miss(question, invented, page) == (False, "high", "high")
+
+
+@pytest.mark.anyio
+async def test_a_miss_is_never_sure_where_the_question_quotes_its_own_code() -> None:
+    # `t1`, `preprocess`, `shard`, `merge`: the user's names weigh as the rarest words, so a low
+    # coverage says little
+    question = (
+        "Inside `with dsl.ParallelFor(shards) as shard:` I call `t1 = preprocess(shard=shard)` and "
+        "`merge().after(t1)`. Why?"
+    )
+    plain = "Inside a loop I call a preprocess step per shard and a merge step after it. Why?"
+    made_up = "Set the loop's parallelism to 1 and the merge step starts after the last shard has finished."
+    assert await _retrieved_miss(question, made_up, PAGE) == (False, "medium", "medium")
+    assert await _retrieved_miss(plain, made_up, PAGE) == (False, "high", "high")

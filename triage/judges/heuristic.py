@@ -31,7 +31,7 @@ from triage.judges import guard
 from triage.judges.offline import containment as cont
 from triage.judges.offline.declines import absence_cues, cue_phrases, declines, listed_phrases
 from triage.judges.offline.grounding import Grounding, answer_text, check, unsupported_specifics
-from triage.judges.offline.text import looks_english, specifics
+from triage.judges.offline.text import looks_english, quotes_code, specifics
 
 __all__ = ["HeuristicJudge", "Signals", "declines", "signals", "specifics", "unsupported"]
 
@@ -100,7 +100,9 @@ def _more_of_a_retrieved_page(c: cont.Containment) -> bool:
     return any(s.passage.source_url in pages and not c.shown(s.passage) for s in c.researched or [])
 
 
-def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None, dict[str, Evidence]]:
+def _containment_facts(
+    sig: Signals, question: str
+) -> tuple[bool, bool | None, Passage | None, dict[str, Evidence]]:
     c = sig.containment
     retrieved = c.retrieved_holds
     index = c.index_holds
@@ -138,6 +140,12 @@ def _containment_facts(sig: Signals) -> tuple[bool, bool | None, Passage | None,
     else:
         # a miss is clear-cut only far below the threshold: paraphrase hides words, not the reverse
         r_conf = _band(cont.HOLD_THRESHOLD - c.retrieved_score, 0.45, 0.15)
+        # ... and only where the question's words are what a page would say: a question quoting
+        # its own code weighs the user's identifiers (`t1 = preprocess(shard=shard)`), and an answer
+        # that is the passages' own words (grounded, no decline) may show they answer in other words
+        faithful = sig.grounded and not sig.declined and sig.grounding.prose_support is not None
+        if r_conf == "high" and (quotes_code(question) or faithful):
+            r_conf = "medium"
     evidence = {
         "retrieved_has_answer": Evidence(
             passage_ids=[r_best.passage.id] if r_best else [], confidence=r_conf, note=r_note
@@ -267,7 +275,7 @@ class HeuristicJudge:
         search_more: SearchMore | None = None,
     ) -> Facts:
         sig = signals(trace, research)
-        retrieved, in_index, holder, evidence = _containment_facts(sig)
+        retrieved, in_index, holder, evidence = _containment_facts(sig, trace.question)
         if not looks_english(trace.question):
             # coverage of a question not in English rests on its Latin-script words and the agent's
             # queries: a proxy, never clear-cut

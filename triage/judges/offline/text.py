@@ -102,6 +102,11 @@ def fenced_code(text: str) -> list[str]:
     return [match.group(2) or "" for match in FENCE.finditer(text)]
 
 
+def quotes_code(text: str) -> bool:
+    """`text` holds inline code or a fenced code block."""
+    return bool(_CODE.search(text) or FENCE.search(text))
+
+
 def without_code(text: str) -> str:
     """`text` with its fenced code blocks and inline code spans as a space each: what is left is prose."""
     return _CODE.sub(" ", FENCE.sub(" ", text))
