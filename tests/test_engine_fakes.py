@@ -7,6 +7,7 @@ written, `FakeJudge` answers from its queue, `FakeSearcher` from a fixed mapping
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -267,3 +268,20 @@ def test_with_no_source_no_pick_and_no_keyword_the_default_component_is_recorded
     run(source, FakeJudge().enqueue(OK), write=True)
     written = by_trace(source.written(), "triage_component")["plain"]
     assert (written.value, written.metadata["component_from"]) == ("general", "default")
+
+
+def test_a_trace_that_searched_nothing_takes_its_component_from_the_pages_it_fetched() -> None:
+    # the question's keywords say `pipelines`; the page the agent read says the dashboard
+    question = "With only Notebooks and Pipelines installed, which sections does the sidebar show?"
+    page = "https://www.kubeflow.org/docs/components/central-dash/overview/"
+    fetched = trace_line("fetched", question, "Home, Notebooks, Pipelines.", [("fetch_url", page, "Home ...")])
+    fetched["observations"][1]["input"] = json.dumps({"url": page})
+    from_memory = trace_line("memory", question, "Home, Notebooks, Pipelines.")
+    source = FakeSource.from_rows([fetched, from_memory])
+    run(source, FakeJudge(), write=True)
+    written = by_trace(source.written(), "triage_component")
+    assert (written["fetched"].value, written["fetched"].metadata["component_from"]) == (
+        "central-dashboard",
+        "sources",
+    )
+    assert (written["memory"].value, written["memory"].metadata["component_from"]) == ("pipelines", "keywords")

@@ -6,12 +6,16 @@ writes itself (facts, verdicts, scores) forbid them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+#: a web address, as a tool's argument (no spaces: `https://...`)
+_HTTP_URL = re.compile(r"https?://\S+\Z")
 
 
 class Layer(StrEnum):
@@ -130,6 +134,11 @@ class ToolCall(_Own):
     @property
     def is_search(self) -> bool:
         return self.collection is not None
+
+    @property
+    def urls(self) -> list[str]:
+        """The web addresses among its arguments (`fetch_url(url=...)`): the pages it asked for."""
+        return [v.strip() for v in self.args.values() if isinstance(v, str) and _HTTP_URL.match(v.strip())]
 
 
 class Trace(_Own):

@@ -147,8 +147,11 @@ class VerdictMaker:
             )
             self.ledger.skip(votes, trace.id, "unavailable", f"{ex}: {why}", trace.question)
             return None
+        # a trace that searched nothing may still have read a page (`fetch_url`): what it read is
+        # what its question was about, more surely than the question's keywords
+        read = [url for call in trace.tool_calls for url in call.urls] if not trace.searched else []
         component, component_from = choose_component(
-            facts.answer_sources, facts.component, trace.question, comment, self.config
+            facts.answer_sources or read, facts.component, trace.question, comment, self.config
         )
         if facts.component is not None and facts.component not in self.config.components:
             log.info(
