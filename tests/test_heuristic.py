@@ -640,6 +640,17 @@ def test_unseen_specifics_are_a_sure_miss_only_where_another_signal_agrees() -> 
     assert _grounding_confidence(Grounding(unsupported=mark, checked=2, prose_support=1.0, invisible=mark)) == "high"
 
 
+def test_a_seen_kind_in_the_plural_is_seen() -> None:
+    seen = ["Custom Resource Definitions (`SparkApplication`) describe the job."]
+    assert unsupported_specifics("It submits declarative SparkApplications.", seen)[0] == []
+    # only a CamelCase kind: a flag or a key in the plural is another name
+    assert unsupported_specifics("Run `--epochs` with `max_trials`.", ["--epoch and max_trial"])[0] == [
+        "--epochs",
+        "max_trials",
+    ]
+    assert unsupported_specifics("It submits ScheduledSparkApplications.", seen)[0] == ["ScheduledSparkApplications"]
+
+
 def test_an_anchor_or_slash_on_a_seen_page_is_no_unsupported_specific() -> None:
     seen = ["Profiles", "https://www.kubeflow.org/docs/components/central-dash/profiles/"]
     page = "https://www.kubeflow.org/docs/components/central-dash/profiles"

@@ -281,6 +281,9 @@ def _own_name(needle: str, bound: set[str], haystack_words: set[str]) -> bool:
     return all(word in haystack_words for word in re.findall(r"[a-z_][a-z0-9_]*", rest))
 
 
+#: a CamelCase name in the plural (`SparkApplications`, `InferenceServices`): prose's plural of a kind
+_KIND_PLURAL = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+s")
+
 #: a file name: what comes before its extension
 _FILE_NAME = re.compile(rf"([\w.-]+)\.{FILE_EXTENSIONS}")
 
@@ -344,6 +347,8 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             continue  # a path of nested YAML keys, each one seen as a key: `runtimeRef.name`
         if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words for part in item.split("/")):
             continue  # Kubernetes `Kind/name` notation for a seen kind and a seen name
+        if _KIND_PLURAL.fullmatch(item) and item[:-1].lower() in haystack_words:
+            continue  # a seen kind in the plural, as prose writes it: `SparkApplications`
         if GROUPED_NUMBER.fullmatch(needle) and _whole_number_in(needle.replace(",", ""), haystack):
             continue  # `1,000` where the passages write `1000`
         if number:
