@@ -65,29 +65,39 @@ def markdown_blocks(text: str) -> list[_Block]:
     return blocks
 
 
-def _citation_text(citation: Mapping[str, Any]) -> str | None:
-    for key in ("text", "content", "snippet", "content_text"):
-        value = citation.get(key)
+def _text_of(item: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    """The first non-blank string among `item`'s `keys`."""
+    for key in keys:
+        value = item.get(key)
         if isinstance(value, str) and value.strip():
             return value
     return None
 
 
-def _citations_and_text(text: str, structured: Any) -> tuple[list[Mapping[str, Any]], str]:
-    """Structured citations (or those of a JSON `{"citations", "markdown_summary"}` text) and the
-    Markdown that goes with them."""
+def _citation_text(citation: Mapping[str, Any]) -> str | None:
+    return _text_of(citation, ("text", "content", "snippet", "content_text"))
+
+
+def _parsed(text: str) -> Any:
+    """`text` decoded, where it is a JSON object or array; else None."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to decode: text
+        return None
+
+
+def _citations_and_text(text: str, structured: Any, data: Any) -> tuple[list[Mapping[str, Any]], str]:
+    """Structured citations (or those of a JSON `{"citations", "markdown_summary"}` text, decoded as
+    `data`) and the Markdown that goes with them."""
     if isinstance(structured, Mapping) and isinstance(structured.get("citations"), list):
         return [c for c in structured["citations"] if isinstance(c, Mapping)], text
-    if text.lstrip().startswith("{"):
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):  # not JSON, or nested too deep to decode: text
-            return [], text
-        if isinstance(data, Mapping) and isinstance(data.get("citations"), list):
-            summary = data.get("markdown_summary")
-            return [c for c in data["citations"] if isinstance(c, Mapping)], (
-                summary if isinstance(summary, str) else ""
-            )
+    if isinstance(data, Mapping) and isinstance(data.get("citations"), list):
+        summary = data.get("markdown_summary")
+        return [c for c in data["citations"] if isinstance(c, Mapping)], (
+            summary if isinstance(summary, str) else ""
+        )
     return [], text
 
 
@@ -114,11 +124,7 @@ def _hit_fields(hit: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _hit_text(hit: Mapping[str, Any]) -> str | None:
-    for key in _HIT_TEXT:
-        value = hit.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-    return None
+    return _text_of(hit, _HIT_TEXT)
 
 
 def _is_hit(item: Any) -> bool:
@@ -168,21 +174,13 @@ def _hit_passages(hits: list[Mapping[str, Any]], prefix: str, collection: str | 
     ]
 
 
-def _parsed(text: str) -> Any:
-    if not text.lstrip().startswith(("{", "[")):
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested too deep to decode: text
-        return None
-
-
 def passages_from_output(text: str, structured: Any, collection: str | None) -> list[Passage]:
     """Passages of one successful search result: structured citations first (their text from the
     matching Markdown block), else `**Source:**` Markdown blocks, else the hits of a JSON result,
     else the whole text as one passage."""
     prefix = collection or "search"
-    citations, markdown = _citations_and_text(text, structured)
+    data = _parsed(text)  # decoded once: a JSON text may carry citations or hits
+    citations, markdown = _citations_and_text(text, structured, data)
     blocks = markdown_blocks(markdown)
     if citations:
         by_cid = {b.cid: b for b in blocks if b.cid}
@@ -221,7 +219,7 @@ def passages_from_output(text: str, structured: Any, collection: str | None) -> 
             )
             for i, b in enumerate(blocks, 1)
         ]
-    hits = json_hits(structured) or json_hits(_parsed(text))
+    hits = json_hits(structured) or json_hits(data)
     if hits is not None:
         return [p for p in _hit_passages(hits, prefix, collection) if p.text.strip()]
     if not text.strip() or _EMPTY.match(text.strip()):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from triage.domain.records import Passage, ToolCall
 from triage.judges.offline.text import Pool, looks_english, specifics, squash, strip_invisible, word_set
@@ -132,10 +133,14 @@ class Containment:
     declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
     answer_specifics: int = 0  # how many specifics `answer_support` is a share of
 
+    @cached_property
+    def _retrieved_texts(self) -> list[str]:
+        return [squash(s.passage.text) for s in self.retrieved]
+
     def shown(self, passage: Passage) -> bool:
         """`passage` is one the agent retrieved (or cut from one, or one cut from it)."""
         text = squash(passage.text)
-        return any(_same_passage(text, squash(s.passage.text)) for s in self.retrieved)
+        return any(_same_passage(text, r) for r in self._retrieved_texts)
 
     @property
     def retrieved_score(self) -> float:
