@@ -18,7 +18,8 @@ from tests.doubles.fakes import FakeJudge, FakeSearcher, FakeSource, passage
 from tests.factories import NOW, session_vote, trace_line
 from triage.config import load_config
 from triage.domain.outcome import RunResult
-from triage.domain.records import Facts, ScoreWrite
+from triage.domain.records import Facts
+from triage.domain.scores import ScoreBody
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
 from triage.errors import ExitCode, JudgeError, JudgeRejected, LangfuseError, SearchError
@@ -64,7 +65,7 @@ def run(
     )
 
 
-def by_trace(scores: list[ScoreWrite], name: str = "triage_layer") -> dict[str, ScoreWrite]:
+def by_trace(scores: list[ScoreBody], name: str = "triage_layer") -> dict[str, ScoreBody]:
     return {s.trace_id: s for s in scores if s.name == name}
 
 

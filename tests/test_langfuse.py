@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,7 @@ import httpx
 import pytest
 
 from tests.doubles.langfuse_server import LangfuseStandIn, iso
-from triage.domain.records import ScoreWrite
-from triage.domain.scores import score_id
+from triage.domain.scores import ScoreBody, score_id
 from triage.errors import ConfigError, LangfuseError
 from triage.sources.langfuse.backend import LangfuseBackend
 
@@ -119,8 +119,8 @@ def session_vote(vote_id: str, session_id: str, turn: int, at: datetime) -> dict
     return {"traceId": None, "observations": [], "scores": [score]}
 
 
-def layer_score(trace_id: str, value: str = "retrieval", *, rule: str = "1") -> ScoreWrite:
-    return ScoreWrite(
+def layer_score(trace_id: str, value: str = "retrieval", *, rule: str = "1") -> ScoreBody:
+    return ScoreBody(data_type="CATEGORICAL", 
         id=score_id(trace_id, "triage_layer", rule),
         trace_id=trace_id,
         name="triage_layer",
@@ -328,7 +328,7 @@ def test_list_writes_upsert_and_a_rewrite_never_adds_a_row(server: LangfuseStand
         rows = server.score_rows(score.id)
         assert len(rows) == 1 and rows[0]["stringValue"] == "generation"
     # the stand-in's rule: the same id with another timestamp is a second physical row
-    moved = layer_score("t0").model_copy(update={"timestamp": NOW - timedelta(hours=1)})
+    moved = replace(layer_score("t0"), timestamp=NOW - timedelta(hours=1))
     with backend_for(server) as backend:
         backend.write_scores([moved])
     assert len(server.score_rows(first[0].id)) == 2

@@ -44,8 +44,8 @@ from tests.doubles.langfuse_transport import (
     scores_partial,
     scores_table,
 )
-from triage.domain.records import ScoreWrite, UnreadableTrace
-from triage.domain.scores import score_id
+from triage.domain.records import UnreadableTrace
+from triage.domain.scores import ScoreBody, score_id
 from triage.errors import ConfigError, LangfuseError
 from triage.retry import RetryPolicy, retry_after, use_clock
 from triage.sources.langfuse.backend import LangfuseBackend
@@ -302,8 +302,8 @@ def test_observations_of_many_traces_in_one_request_newest_row_wins(
 # --------------------------------------------------------------------------- writing scores
 
 
-def score(trace_id: str, value: str = "retrieval") -> ScoreWrite:
-    return ScoreWrite(
+def score(trace_id: str, value: str = "retrieval") -> ScoreBody:
+    return ScoreBody(data_type="CATEGORICAL", 
         id=score_id(trace_id, "triage_layer", "1"),
         trace_id=trace_id,
         name="triage_layer",
@@ -314,7 +314,7 @@ def score(trace_id: str, value: str = "retrieval") -> ScoreWrite:
     )
 
 
-def landed(write: ScoreWrite) -> dict[str, Any]:
+def landed(write: ScoreBody) -> dict[str, Any]:
     """The v3 row a read-back shows once `write` has landed (CATEGORICAL: a string value)."""
     return score_v3(
         write.id, timestamp=write.timestamp, name=write.name, data_type="CATEGORICAL", value=write.value

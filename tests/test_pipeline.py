@@ -14,7 +14,8 @@ from tests.factories import NOW, lines, session_vote, trace_line
 from triage.config import load_config
 from triage.domain.config import IndexFolder
 from triage.domain.outcome import RunResult, Shard
-from triage.domain.records import Facts, Passage, ScoreWrite, Trace, Usage, WriteOutcome
+from triage.domain.records import Facts, Passage, Trace, Usage, WriteOutcome
+from triage.domain.scores import ScoreBody
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
 from triage.errors import ConfigError, JudgeError, SearchError
@@ -289,7 +290,7 @@ def test_judge_failure_is_listed_and_degrades_the_run(index: Index) -> None:
 
 
 class LossyStore(Store):
-    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+    def write_scores(self, scores: Sequence[ScoreBody]) -> WriteOutcome:
         outcome = super().write_scores([s for s in scores if s.trace_id != "ok"])
         outcome.failed.update({s.id: "not readable after 60 s" for s in scores if s.trace_id == "ok"})
         return outcome
@@ -355,7 +356,7 @@ def test_an_internal_error_on_one_trace_costs_only_that_trace(index: Index) -> N
 
 
 class RefusingStore(Store):
-    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+    def write_scores(self, scores: Sequence[ScoreBody]) -> WriteOutcome:
         raise ConfigError("Langfuse refused the keys (HTTP 401): check LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY")
 
 

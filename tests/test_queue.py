@@ -23,11 +23,10 @@ from triage.cli import cli
 from triage.domain.calibration import Decision
 from triage.domain.confidence import verdict_confidence
 from triage.domain.config import CalibrationConfig
-from triage.domain.records import Evidence, Facts, Layer, ScoreWrite
+from triage.domain.records import Evidence, Facts, Layer
 from triage.domain.rule import decide
-from triage.domain.scores import score_id
+from triage.domain.scores import ScoreBody, score_id
 from triage.errors import ConfigError
-from triage.sources.langfuse.wire import wire_score
 
 NOW = datetime.now(UTC)
 FACT_SCORES = set(CalibrationConfig().fact_scores.values())
@@ -91,7 +90,7 @@ def verdict(
     facts_json = (
         facts if facts is not None else facts_for(layer, confidence, injection).model_dump(mode="json")
     )
-    score = ScoreWrite(
+    score = ScoreBody(data_type="CATEGORICAL", 
         id=score_id(trace_id, "triage_layer", rule_version),
         trace_id=trace_id,
         name="triage_layer",
@@ -101,7 +100,7 @@ def verdict(
         timestamp=at or NOW - timedelta(hours=3),
         environment="production",
     )
-    return {"traceId": trace_id, "observations": [], "scores": [wire_score(score)]}
+    return {"traceId": trace_id, "observations": [], "scores": [score.wire()]}
 
 
 LOW = {"retrieval-low", "generation-low"}

@@ -250,7 +250,7 @@ def test_malformed_bodies_and_missing_ids_are_400_naming_the_field(relay: Any) -
         (b'{"contextId": "c", "value": "down"}', "turn is missing"),
         (b'{"traceId": "t"}', "value is missing"),
         (b'{"traceId": 5, "value": "down"}', "traceId must be a non-empty string"),
-        (b'{"contextId": "c", "turn": -1, "value": "down"}', "turn must be at least 0"),
+        (b'{"contextId": "c", "turn": -1, "value": "down"}', "turn must be an integer from 0"),
     ]
     for body, message in cases:
         answer = client.post("/api/feedback", content=body, headers={"content-type": "application/json"})
@@ -321,30 +321,36 @@ class FailingSink:
         pass
 
 
-def _break_ledger(app: RelayApp) -> None:
-    """Every group commit fails as on a full disk."""
-    assert app.relay is not None
-    ledger = app.relay.ledger
+def test_a_ledger_that_cannot_commit_is_503_never_a_write_around_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, defect 3: the relay wrote straight through to the sink with a new timestamp when
+    its ledger could not commit (a changed vote became a second Langfuse row). Now nothing is
+    written, the answer is 503 with Retry-After, and the retried request lands once."""
+    import sqlite3
 
-    def prepare(batch: Any) -> Any:
-        import sqlite3
+    from triage.relay import ledger as storage
 
+    real = storage.store_rows
+
+    def full(db: Any, params: Any) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
-    ledger._prepare = prepare  # type: ignore[method-assign]
-
-
-def test_502_only_when_both_the_outbox_and_the_store_fail(tmp_path: Path) -> None:
     with serving(tmp_path) as (client, app):
-        _break_ledger(app)
-        direct = client.post("/api/feedback", json={"traceId": "t", "value": "down"})
-        assert direct.status_code == 200 and direct.json()["stored"] == "store"  # written straight through
-    assert len(rows(tmp_path, "user_feedback")) == 1
-    with serving(tmp_path / "b", sink=FailingSink()) as (client, app):  # type: ignore[arg-type]
-        _break_ledger(app)
-        failed = client.post("/api/feedback", json={"traceId": "t", "value": "down"})
-        assert failed.status_code == 502 and "not written" in failed.json()["error"]
-        assert client.get("/readyz").status_code == 503
+        first = client.post("/api/feedback", json={"traceId": "t", "userId": "bob", "value": "up"})
+        assert first.status_code == 200
+        [before] = rows(tmp_path, "user_feedback")
+        monkeypatch.setattr(storage, "store_rows", full)
+        refused = client.post("/api/feedback", json={"traceId": "t", "userId": "bob", "value": "down"})
+        assert refused.status_code == 503 and refused.headers["Retry-After"] == "5"
+        assert "not written" in refused.json()["error"]
+        [still] = rows(tmp_path, "user_feedback")
+        assert still["value"] == 1.0  # nothing went around the ledger
+        monkeypatch.setattr(storage, "store_rows", real)
+        again = client.post("/api/feedback", json={"traceId": "t", "userId": "bob", "value": "down"})
+        assert again.status_code == 200
+    [after] = rows(tmp_path, "user_feedback")
+    assert (after["id"], after["timestamp"], after["value"]) == (before["id"], before["timestamp"], 0.0)
 
 
 # --------------------------------------------------------------------------- auth

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from tests.doubles.langfuse_server import LangfuseStandIn
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - the fixture
 from tests.test_relay import relay_config, serving
 from triage.domain.ports import SourceStats
-from triage.relay.ledger import Ledger
+from triage.domain.scores import ScoreBody
+from triage.relay import ledger as storage
+from triage.relay.commits import Ledger
 from triage.relay.service import Relay
 from triage.relay.sinks import LangfuseSink
 from triage.relay.worker import Worker
@@ -132,14 +135,14 @@ def test_redelivery_after_a_crash_is_harmless(tmp_path: Path, standin: LangfuseS
     for user in ("bob", "eve"):
         req = parse_feedback({"traceId": "t", "userId": user, "value": "down"}, max_text={})
         asyncio.run(relay.feedback(req, f"user:{user}"))
-    ops = ledger.call(lambda tx: Ledger.claim(tx, 100))
+    ops = ledger.call(lambda tx: storage.claim(tx, 100))
     assert sink.deliver(ops) == {}  # Langfuse has them; then the process dies before settling
     ledger.close()
     again = Ledger(tmp_path / "relay.sqlite", now=now)
     worker = Worker(again, sink, clock, batch_wait=0)
     assert worker.run_once() == 2  # redelivered
     assert worker.run_once() == 0
-    assert again.depth()[0] == 0
+    assert again.reads.depth()[0] == 0
     again.close()
     assert len(standin.score_rows()) == 2
 
@@ -160,14 +163,14 @@ def test_backoff_and_retry_after_in_virtual_time(tmp_path: Path, standin: Langfu
     waits = []
     for _ in range(3):
         assert worker.run_once() == 0
-        due = ledger.call(Ledger.due_in)
+        due = ledger.call(storage.due_in)
         waits.append(due)
         assert worker.run_once() == 0  # not due yet: nothing is sent
         clock.sleep(due or 0)
     assert waits[0] is not None and 1.0 <= waits[0] <= 2.0 and 2.0 <= waits[1] <= 3.0 and 4.0 <= waits[2] <= 5.0
     standin.inject("429", seconds=7, path="/api/public/scores")
     assert worker.run_once() == 0
-    assert ledger.call(Ledger.due_in) == pytest.approx(7.0)
+    assert ledger.call(storage.due_in) == pytest.approx(7.0)
     clock.sleep(7)
     assert worker.run_once() == 1
     ledger.close()
@@ -183,17 +186,20 @@ def test_a_score_langfuse_refuses_is_set_aside_not_retried_forever(tmp_path: Pat
     from triage.relay.ledger import Row
 
     stamp = "2026-01-01T00:00:00.000Z"
-    good = {"id": "g", "name": "user_feedback", "value": 1, "dataType": "BOOLEAN", "traceId": "t", "timestamp": stamp}
-    bad = {"id": "b", "name": "user_feedback", "value": 1, "dataType": "BOOLEAN", "traceId": "t", "sessionId": "s"}
+    good = ScoreBody.from_wire(
+        {"id": "g", "name": "user_feedback", "value": 1, "dataType": "BOOLEAN", "traceId": "t", "timestamp": stamp}
+    )
+    # a source Langfuse reserves for its own evaluators: a 400 for this score alone
+    bad = replace(good, id="b", source="EVAL")
 
     def put(tx: Any) -> None:
         for body in (good, bad):
-            tx.put(Row(body["id"], "a", "x", "user_feedback", "vote", "t", None, None, "2026-01-01T00:00:00.000Z",
+            tx.put(Row(body.id, "a", "x", "user_feedback", "vote", "t", None, None, "2026-01-01T00:00:00.000Z",
                        body, "2026-01-01T00:00:00.000Z"))  # fmt: skip
 
     ledger.call(put)
     assert worker.run_once() == 1
-    assert ledger.depth()[:2] == (0, 1)  # the refused one is set aside, visible in /metrics
+    assert ledger.reads.depth()[:2] == (0, 1)  # the refused one is set aside, visible in /metrics
     ledger.close()
     assert [r["id"] for r in standin.score_rows()] == ["g"]
     assert json.loads(standin.requests("/api/public/scores")[0].request_body)[0]["id"] == "g"
@@ -225,15 +231,15 @@ def test_a_failed_delivery_never_brings_back_an_older_vote(tmp_path: Path, stand
     worker = Worker(ledger, sink, clock, batch_wait=0)
     down = parse_feedback({"traceId": "t", "value": "down"}, max_text={})
     asyncio.run(relay.feedback(down, "user:anonymous"))
-    in_flight = ledger.call(lambda tx: Ledger.claim(tx, 10))
+    in_flight = ledger.call(lambda tx: storage.claim(tx, 10))
     up = parse_feedback({"traceId": "t", "value": "up"}, max_text={})
     asyncio.run(relay.feedback(up, "user:anonymous"))
     retry = {in_flight[0].seq: (clock.now().timestamp() + 5, "Langfuse unreachable")}
-    ledger.call(lambda tx: Ledger.settle(tx, [], retry, {}))
+    ledger.call(lambda tx: storage.settle(tx, [], retry, {}))
     worker.drain()
     clock.sleep(60)
     worker.drain()
-    assert ledger.depth()[0] == 0
+    assert ledger.reads.depth()[0] == 0
     ledger.close()
     [row] = standin.score_rows()
     assert row["value"] == 1.0

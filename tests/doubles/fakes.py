@@ -25,7 +25,6 @@ from triage.domain.records import (
     Facts,
     Observation,
     Passage,
-    ScoreWrite,
     StoredScore,
     Trace,
     UnreadableTrace,
@@ -33,7 +32,7 @@ from triage.domain.records import (
     Vote,
     WriteOutcome,
 )
-from triage.domain.scores import score_id
+from triage.domain.scores import ScoreBody, score_id
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -235,8 +234,8 @@ class FakeSource:
         self._sessions = {s: list(t) for s, t in sessions.items()} if sessions is not None else None
         self._triaged = set(triaged)
         self.history: list[SourceCall] = []
-        self.stored: dict[str, ScoreWrite] = {}
-        self.write_batches: list[list[ScoreWrite]] = []
+        self.stored: dict[str, ScoreBody] = {}
+        self.write_batches: list[list[ScoreBody]] = []
         self._failures: dict[str, deque[BaseException]] = {}
         self._lost: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -279,7 +278,7 @@ class FakeSource:
     def calls(self, method: str) -> list[SourceCall]:
         return [c for c in self.history if c.method == method]
 
-    def written(self, name: str | None = None) -> list[ScoreWrite]:
+    def written(self, name: str | None = None) -> list[ScoreBody]:
         """The confirmed scores, by trace id then name; only those named `name` if given."""
         found = [s for s in self.stored.values() if name is None or s.name == name]
         return sorted(found, key=lambda s: (s.trace_id, s.name))
@@ -351,7 +350,7 @@ class FakeSource:
                 if t in self._triaged or score_id(t, score_name, rule_version) in self.stored
             }
 
-    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+    def write_scores(self, scores: Sequence[ScoreBody]) -> WriteOutcome:
         self._call("write_scores", tuple(scores))
         outcome = WriteOutcome()
         with self._lock:

@@ -22,11 +22,11 @@ from typing import Any, get_args
 from triage.domain.calibration import LABELLED_FACTS, BadLabel, Label, Verdict
 from triage.domain.config import CalibrationConfig
 from triage.domain.records import Layer, StoredScore
+from triage.domain.scores import is_end_user, normalise_author
 from triage.errors import InputError
 
 LAYERS = [layer.value for layer in Layer]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
-END_USER_PREFIX = "user:"  # how the relay names end users (`user:<subject>`, `user:anonymous`)
 MAX_REASON_VALUE = 60  # how much of a bad value a reason quotes
 
 
@@ -161,9 +161,9 @@ def labels_from_scores(
         if score.author is None:
             bad.append(BadLabel(where=where, trace_id=score.trace_id, reason=f"{score.name} names no reviewer"))
             continue
-        if score.author.startswith(END_USER_PREFIX):
+        if is_end_user(score.author):
             continue  # an end user's verdict is a vote on the answer, not a reviewer's label
-        grouped[(score.trace_id, score.author)].append(score)
+        grouped[(score.trace_id, normalise_author(score.author))].append(score)
     labels = []
     for (trace_id, reviewer), group in grouped.items():
         by_name: dict[str, list[StoredScore]] = defaultdict(list)

@@ -25,7 +25,6 @@ from triage.domain.records import (
     Facts,
     Observation,
     Passage,
-    ScoreWrite,
     StoredScore,
     Trace,
     UnreadableTrace,
@@ -33,6 +32,7 @@ from triage.domain.records import (
     Vote,
     WriteOutcome,
 )
+from triage.domain.scores import ScoreBody
 
 
 @dataclass
@@ -79,7 +79,7 @@ class ScoreSink(Protocol):
         """The trace ids that already carry a `score_name` score written under `rule_version`."""
         ...
 
-    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+    def write_scores(self, scores: Sequence[ScoreBody]) -> WriteOutcome:
         """Write scores and confirm each by reading it back."""
         ...
 

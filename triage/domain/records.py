@@ -280,20 +280,6 @@ class Undecided(_Own):
     reason: str
 
 
-class ScoreWrite(_Own):
-    """A score triage writes on a trace. Id and timestamp are deterministic so reruns upsert."""
-
-    id: str
-    trace_id: str
-    name: str
-    value: str
-    data_type: Literal["CATEGORICAL"] = "CATEGORICAL"
-    comment: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    timestamp: datetime
-    environment: str = "default"
-
-
 class WriteOutcome(_Own):
     """What a batch of score writes became: confirmed by reading back, or failed with a reason."""
 

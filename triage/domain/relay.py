@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DataType = Literal["BOOLEAN", "NUMERIC", "CATEGORICAL", "CORRECTION", "TEXT"]
+from triage.domain.scores import LANGFUSE_TEXT_MAX, DataType
 
 #: the score names the relay writes for people (votes, notes and verdicts); `verdict` is the
 #: calibration config's `verdict_score`
@@ -111,6 +111,12 @@ class RelayConfig(_Section):
             if score.data_type == "NUMERIC" and score.min is not None and score.max is not None:
                 if score.min > score.max:
                     found.append(f"score {score.name!r}: min {score.min} is above max {score.max}")
+            if score.data_type == "TEXT" and score.max_length > LANGFUSE_TEXT_MAX:
+                # accepted here, refused by Langfuse later: the note would be set aside after a 202
+                found.append(
+                    f"score {score.name!r}: a TEXT score is at most {LANGFUSE_TEXT_MAX} characters in Langfuse, "
+                    f"not {score.max_length}"
+                )
             if score.data_type != "CATEGORICAL" and score.categories:
                 found.append(f"score {score.name!r}: categories need data_type CATEGORICAL")
         for name in required or []:

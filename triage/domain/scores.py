@@ -1,28 +1,285 @@
-"""Deterministic score ids and timestamps, so a rerun overwrites instead of duplicating.
+"""The stored score: the one record where collecting, triaging and acting meet.
+
+- `ScoreBody`: a score as every writer stores it (the job, the worklist, the relay, promote), in
+  Langfuse's POST shape on the wire (`wire`) and read back from it (`from_wire`).
+- Ids that never change and never collide: the job's `score_id` (trace, name, rule version: a
+  rerun overwrites) and the relay's `relay_score_id` (a JSON-encoded tuple: parts that hold `:`
+  cannot run into each other; ids written with the older `legacy_relay_id` keep theirs, the
+  relay's ledger remembers them).
+- Authors: `normalise_author` once, for the relay, calibrate and promote alike; `is_end_user`.
+- Bounds every door checks: `MAX_TURN`, `parse_turn`, `LANGFUSE_TEXT_MAX`, `unencodable`.
 
 Langfuse upserts a score only when both its id and its timestamp match an existing row, so both
-are derived from the trace alone: the id from (trace, score name, rule version), the timestamp
-from the trace's start time.
+are deterministic: the job's timestamp is the trace's start time, the relay's the first write's.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import unicodedata
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, Literal
+
+from triage.errors import InputError
 
 # Fixed forever: changing it would orphan every score written before.
 NAMESPACE = uuid.UUID("6f0e3c1a-3f43-4c52-9d1e-7a1b2c3d4e5f")
 
+DataType = Literal["BOOLEAN", "NUMERIC", "CATEGORICAL", "CORRECTION", "TEXT"]
+DATA_TYPES: tuple[DataType, ...] = ("BOOLEAN", "NUMERIC", "CATEGORICAL", "CORRECTION", "TEXT")
+#: Langfuse refuses a TEXT score longer than this (its data model: 1-500 characters)
+LANGFUSE_TEXT_MAX = 500
+#: a turn is an index into a conversation; beyond this it is no turn (and no SQLite INTEGER)
+MAX_TURN = 2**31 - 1
+#: how the relay names end users (`user:<subject>`, `user:anonymous`): their verdicts are votes
+END_USER = "user:"
+
 
 def score_id(trace_id: str, score_name: str, rule_version: str) -> str:
-    """The id of the `score_name` score on `trace_id` under `rule_version`."""
+    """The id of the job's `score_name` score on `trace_id` under `rule_version`. Score names and
+    rule versions hold no `:` (the configuration checks), so the parts cannot run into each other."""
     return str(uuid.uuid5(NAMESPACE, f"{trace_id}:{score_name}:{rule_version}"))
+
+
+def relay_score_id(name: str, answer: str, author: str) -> str:
+    """The id of `author`'s `name` score on `answer` (`trace:<id>`, `session:<id>:<turn>`)."""
+    return str(uuid.uuid5(NAMESPACE, json.dumps(["relay", name, answer, author], ensure_ascii=False)))
+
+
+def legacy_relay_id(name: str, answer: str, author: str) -> str:
+    """The id the relay gave before `relay_score_id`: parts joined with `:`, so reviewer `ana` on
+    trace `t:user` and end user `user:ana` on trace `t` met. Kept to recognise such rows only."""
+    return str(uuid.uuid5(NAMESPACE, f"relay:{name}:{answer}:{author}"))
 
 
 def score_timestamp(trace_start: datetime | None, fallback: datetime) -> datetime:
     """The trace's start time (UTC, millisecond precision), or `fallback` when it has none."""
-    stamp = trace_start or fallback
+    return ms_utc(trace_start or fallback)
+
+
+def ms_utc(stamp: datetime) -> datetime:
+    """`stamp` in UTC at millisecond precision (what Langfuse keeps; naive means UTC)."""
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
     stamp = stamp.astimezone(UTC)
     return stamp.replace(microsecond=stamp.microsecond // 1000 * 1000)
+
+
+def iso_ms(stamp: datetime) -> str:
+    """The one text form of a score time: UTC, milliseconds, `Z` (sorts as it reads)."""
+    stamp = ms_utc(stamp)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO-8601 time (with `Z` or an offset; naive means UTC); ValueError when it is none."""
+    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
+
+
+# -- authors and turns -------------------------------------------------------------------------
+
+
+def normalise_author(text: str) -> str:
+    """One spelling per author: Unicode compatibility forms folded (NFKC: a full-width colon is
+    a colon) and whitespace trimmed and made single; the end-user prefix in any case. `User:x`,
+    ` user:x` and `user：x` are all the end user `user:x`. A project member's name is case-folded
+    (`Ana` is `ana`); an end user's subject keeps its case, as identity providers' subjects are
+    case-sensitive (folding them could merge two people)."""
+    text = " ".join(unicodedata.normalize("NFKC", text).split())
+    if text[: len(END_USER)].casefold() == END_USER:
+        return END_USER + text[len(END_USER) :].strip()
+    return text.casefold()
+
+
+def is_end_user(author: str | None) -> bool:
+    """Whether `author` names an end user (whose verdicts are votes, never reviews)."""
+    return author is not None and normalise_author(author).startswith(END_USER)
+
+
+def parse_turn(value: object) -> int | None:
+    """A 0-based turn from a stored or posted value: a non-negative int, or a string of ASCII
+    digits, at most `MAX_TURN`; None for anything else (`"²"` is a digit to `isdigit`, not to `int`)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not (text.isascii() and text.isdigit()) or len(text) > 10:
+            return None
+        value = int(text)
+    if not isinstance(value, int) or not 0 <= value <= MAX_TURN:
+        return None
+    return value
+
+
+def unencodable(data: object, path: str = "") -> str | None:
+    """The path of the first text in `data` (JSON values: keys too) that UTF-8 cannot encode (a
+    lone UTF-16 surrogate: a browser cutting an emoji in half), or None."""
+    if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "(the value)"
+        return None
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if unencodable(str(key)) is not None:
+                return where.encode("utf-8", "backslashreplace").decode()
+            found = unencodable(value, where)
+            if found is not None:
+                return found
+    elif isinstance(data, list | tuple):
+        for number, value in enumerate(data):
+            found = unencodable(value, f"{path}[{number}]")
+            if found is not None:
+                return found
+    return None
+
+
+# -- the score body ----------------------------------------------------------------------------
+
+
+class BadScore(InputError):
+    """A stored or posted score body that is not a score (its reason says which field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreBody:
+    """A score as stored: on a trace, or on a session (a turn, when there is one, is metadata).
+
+    The value is the wire value: a number for BOOLEAN (0/1) and NUMERIC, text for CATEGORICAL,
+    TEXT and CORRECTION. `source` is Langfuse's (`API`; `ANNOTATION` for a reviewer's score in
+    Langfuse's own UI). `timestamp` is fixed at the first write (Langfuse upserts on id and
+    timestamp), so a changed value overwrites.
+    """
+
+    id: str
+    name: str
+    value: float | str
+    data_type: DataType
+    timestamp: datetime
+    trace_id: str | None = None
+    session_id: str | None = None
+    comment: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    environment: str = "default"
+    source: str = "API"
+
+    def __post_init__(self) -> None:
+        if not self.id or not self.name:
+            raise BadScore("a score needs an id and a name")
+        if (self.trace_id is None) == (self.session_id is None):
+            raise BadScore(f"score {self.id}: on exactly one of a trace or a session")
+        if self.data_type not in DATA_TYPES:
+            raise BadScore(f"score {self.id}: data type {self.data_type!r} is none of {', '.join(DATA_TYPES)}")
+        numeric = self.data_type in ("BOOLEAN", "NUMERIC")
+        if numeric != (isinstance(self.value, int | float) and not isinstance(self.value, bool)):
+            raise BadScore(f"score {self.id}: a {self.data_type} score's value is {'a number' if numeric else 'text'}")
+        if isinstance(self.value, float) and not math.isfinite(self.value):
+            raise BadScore(f"score {self.id}: the value must be finite")
+        if self.data_type == "BOOLEAN" and self.value not in (0, 1):
+            raise BadScore(f"score {self.id}: a BOOLEAN score is 0 or 1")
+        if self.data_type == "TEXT" and not 1 <= len(str(self.value)) <= LANGFUSE_TEXT_MAX:
+            raise BadScore(f"score {self.id}: a TEXT score is 1 to {LANGFUSE_TEXT_MAX} characters")
+        if self.timestamp.tzinfo is None:
+            raise BadScore(f"score {self.id}: the timestamp needs a time zone")
+
+    @property
+    def subject(self) -> str:
+        return f"trace:{self.trace_id}" if self.trace_id is not None else f"session:{self.session_id}"
+
+    def wire(self) -> dict[str, Any]:
+        """Langfuse's POST body (camelCase; exactly one of traceId and sessionId)."""
+        body: dict[str, Any] = {"id": self.id}
+        if self.trace_id is not None:
+            body["traceId"] = self.trace_id
+        else:
+            body["sessionId"] = self.session_id
+        body.update(
+            name=self.name,
+            value=self.value,
+            dataType=self.data_type,
+            comment=self.comment,
+            metadata=dict(self.metadata),
+            environment=self.environment,
+            source=self.source,
+            # newer servers upsert on (id, timestamp); older ones ignore it and stamp the receive time
+            timestamp=iso_ms(self.timestamp),
+        )
+        return body
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> ScoreBody:
+        """The body `wire` wrote (the relay's ledger and outbox keep it so); `BadScore` when it is none."""
+        try:
+            metadata = body.get("metadata") or {}
+            if not isinstance(metadata, Mapping):
+                raise BadScore("metadata must be an object")
+            value = body["value"]
+            if isinstance(value, bool):
+                value = int(value)
+            return cls(
+                id=str(body["id"]),
+                name=str(body["name"]),
+                value=value,
+                data_type=body["dataType"],
+                timestamp=parse_time(str(body["timestamp"])),
+                trace_id=body.get("traceId"),
+                session_id=None if body.get("traceId") is not None else body.get("sessionId"),
+                comment=body.get("comment"),
+                metadata=dict(metadata),
+                environment=str(body.get("environment") or "default"),
+                source=str(body.get("source") or "API"),
+            )
+        except (KeyError, TypeError, ValueError) as ex:
+            raise BadScore(f"not a score body: {type(ex).__name__}: {ex}") from None
+
+    def encoded(self) -> str:
+        """The body as JSON text; `BadScore` when a text in it cannot be UTF-8 (checked at the
+        door; here so that a body from an older ledger cannot poison a batch)."""
+        text = json.dumps(self.wire(), ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadScore(f"score {self.id}: {unencodable(self.wire())} is not UTF-8 text") from None
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class PersonMeta:
+    """Who wrote a person's score and about which answer: the relay's metadata on every vote,
+    verdict and channel score (`userId` and `reviewer` alike name the author)."""
+
+    author: str
+    answer: str
+    session_id: str | None = None
+    turn: int | None = None
+
+    def to_metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"userId": self.author, "reviewer": self.author, "answer": self.answer}
+        if self.session_id is not None:
+            meta["sessionId"] = self.session_id
+        if self.turn is not None:
+            meta["turn"] = self.turn
+        return meta
+
+    @classmethod
+    def from_stored(cls, metadata: object) -> PersonMeta | None:
+        """The record in a stored score's metadata; None when it holds none (not the relay's)."""
+        if not isinstance(metadata, Mapping):
+            return None
+        author, answer = metadata.get("reviewer", metadata.get("userId")), metadata.get("answer")
+        if not isinstance(author, str) or not isinstance(answer, str):
+            return None
+        session = metadata.get("sessionId")
+        return cls(
+            author=author,
+            answer=answer,
+            session_id=session if isinstance(session, str) else None,
+            turn=parse_turn(metadata.get("turn")),
+        )

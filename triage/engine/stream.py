@@ -14,7 +14,8 @@ import logging
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry
 from triage.domain.ports import ScoreSink, TraceSource
-from triage.domain.records import Observation, ScoreWrite, Trace, UnreadableTrace, Vote
+from triage.domain.records import Observation, Trace, UnreadableTrace, Vote
+from triage.domain.scores import ScoreBody
 from triage.engine.ledger import Ledger
 from triage.engine.options import RunOptions
 from triage.engine.progress import Progress
@@ -26,7 +27,7 @@ log = logging.getLogger("triage")
 
 STOPPED = "the run was stopped (SIGTERM) before this trace was triaged"
 
-_Written = tuple[Entry, list[ScoreWrite], list[Vote]]
+_Written = tuple[Entry, list[ScoreBody], list[Vote]]
 
 
 class Stream:

@@ -16,7 +16,6 @@ from triage.domain.records import (
     Evidence,
     Facts,
     Passage,
-    ScoreWrite,
     Trace,
     Verdict,
     Vote,
@@ -24,7 +23,7 @@ from triage.domain.records import (
     decided_by,
 )
 from triage.domain.rule import Undetermined, decide, explain
-from triage.domain.scores import score_id, score_timestamp
+from triage.domain.scores import ScoreBody, score_id, score_timestamp
 from triage.engine.ledger import Ledger, comments
 from triage.errors import JudgeError, JudgeRejected, SearchError
 from triage.search.local import Researcher
@@ -110,7 +109,7 @@ class VerdictMaker:
             return None
         return functools.partial(self.researcher.more, known=research, shown=trace.passages)
 
-    async def triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreWrite]] | None:
+    async def triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreBody]] | None:
         """The entry and its scores; None when the trace is listed as undecided instead."""
         comment = "\n".join(comments(votes)) or None
         base = Facts(
@@ -200,7 +199,7 @@ class VerdictMaker:
         )
         return entry, scores
 
-    def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote]) -> list[ScoreWrite]:
+    def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote]) -> list[ScoreBody]:
         names = self.config.scores
         stamp = score_timestamp(trace.start_time, min(v.timestamp for v in votes))
         metadata = {
@@ -213,7 +212,7 @@ class VerdictMaker:
             "votes": [v.id for v in votes],
         }
         return [
-            ScoreWrite(
+            ScoreBody(data_type="CATEGORICAL", 
                 id=score_id(trace.id, name, verdict.rule_version),
                 trace_id=trace.id,
                 name=name,

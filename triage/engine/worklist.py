@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry, RunResult
 from triage.domain.ports import ScoreReader
-from triage.domain.records import ScoreWrite, StoredScore
-from triage.domain.scores import score_id
+from triage.domain.records import StoredScore
+from triage.domain.scores import ScoreBody, score_id
 from triage.domain.signatures import NIGHTS, Member, Night, Signature, Worklist, assign
 
 log = logging.getLogger("triage")
@@ -84,7 +84,7 @@ def build_worklist(
     return Worklist(signatures=tonight, resolved=resolved, nights=nights)
 
 
-def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: TriageConfig) -> list[ScoreWrite]:
+def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: TriageConfig) -> list[ScoreBody]:
     """One `triage_signature` score per entry, with what later nights need to read it back."""
     by_id = {sig.id: sig for sig in worklist.signatures}
     name = config.scores.signature
@@ -94,7 +94,7 @@ def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: Triag
             continue  # a verdict not written has no signature score either: a rerun writes both
         sig = by_id[entry.signature]
         out.append(
-            ScoreWrite(
+            ScoreBody(data_type="CATEGORICAL", 
                 id=score_id(entry.trace_id, name, config.rule_version),
                 trace_id=entry.trace_id,
                 name=name,
@@ -117,7 +117,7 @@ def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: Triag
 
 def signature_batches(
     entries: Sequence[Entry], worklist: Worklist, config: TriageConfig, size: int
-) -> Iterator[list[ScoreWrite]]:
+) -> Iterator[list[ScoreBody]]:
     """`signature_scores` a batch of at most `size` entries at a time (each batch made only when
     asked for), so that the scores to write, and their read-back, never grow with the window."""
     step = max(1, size)

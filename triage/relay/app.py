@@ -5,7 +5,8 @@ durable in the outbox (Langfuse gets it from there), 400 malformed body or missi
 or bad credentials, 403 a credential used beyond its grant, 404 nothing to replace or delete,
 409 create-only and the voter already has feedback, 413 body over the limit, 422 undeclared
 score name (enforce) or a value wrong for its type, 429 per-client rate limit (Retry-After), 502
-neither the outbox nor the store took the write, 503 no store or the outbox is full.
+neither the outbox nor the store took the write, 503 (with Retry-After) no store, the outbox is
+full, or the relay's ledger cannot commit: nothing was written, the same request may be sent again.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from triage.domain.scores import END_USER
 from triage.redact import printable, redact
 from triage.relay.openapi import openapi_document
 from triage.relay.problems import Problem
 from triage.relay.ratelimit import RateLimiter
 from triage.relay.requests import (
-    END_USER,
     Answer,
     decode,
     parse_answer,
@@ -321,6 +322,10 @@ class RelayApp:
             "store": self.relay.sink.name,
             "outbox": {"pending": pending, "set_aside": dead, "oldest_seconds": lag},
         }
+        if dead:  # each write a sink refused for good, listed on its own (the newest 20)
+            body["outbox"]["set_aside_recent"] = [
+                {"id": score_id, "error": _clean(error)} for score_id, error in self.relay.ledger.reads.set_aside()
+            ]
         if self.relay.worker is not None:
             body["delivery"] = {
                 "last_error": self.relay.worker.last_error and _clean(self.relay.worker.last_error)

@@ -9,10 +9,12 @@ kind for its score is a 422.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from triage.domain.relay import VERDICT_FIELDS
+from triage.domain.scores import END_USER, MAX_TURN, normalise_author, parse_turn, unencodable
 from triage.relay.problems import Problem
 from triage.relay.tokens import answer_key
 
@@ -21,8 +23,9 @@ VERDICTS = ("positive", "negative", "false_alarm")
 ISSUE_CATEGORIES = ("wrong_answer", "missing_info", "wrong_tool", "refused", "unsafe", "other")
 MAX_ID = 200
 MAX_COMMENT = 4000
-END_USER = "user:"
-ANONYMOUS = "user:anonymous"
+ANONYMOUS = f"{END_USER}anonymous"
+#: a JSON escape of a UTF-16 surrogate: only then can the decoded body hold text UTF-8 cannot encode
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 _ALIASES = {
     "traceId": ("traceId", "trace_id"),
@@ -116,6 +119,9 @@ def decode(body: bytes) -> dict[str, Any]:
         raise Problem(400, "the body is JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise Problem(400, "the body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(body) and (where := unencodable(data)) is not None:
+        # a lone surrogate (half an emoji) would be accepted here and refused by every store
+        raise Problem(400, f"{where} holds a lone UTF-16 surrogate: not text (send whole characters)")
     return data
 
 
@@ -143,21 +149,18 @@ def _id(data: dict[str, Any], name: str) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise Problem(400, f"{name} must be a non-empty string")
-    if len(value) > MAX_ID or any(ord(ch) < 32 for ch in value):
+    # printable: no control (C0, DEL, C1), format (bidi, zero-width) or unassigned characters
+    if len(value) > MAX_ID or not value.isprintable():
         raise Problem(400, f"{name} must be at most {MAX_ID} printable characters")
     return value
 
 
 def _int(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise Problem(400, f"{name} must be an integer")
-    if isinstance(value, str):
-        if not value.strip().isdigit():
-            raise Problem(400, f"{name} must be an integer")
-        value = int(value)
-    if value < low:
-        raise Problem(400, f"{name} must be at least {low}")
-    return int(value)
+    """An integer from `low` to `MAX_TURN`, as a JSON integer or a string of ASCII digits."""
+    number = parse_turn(value)
+    if number is None or number < low:
+        raise Problem(400, f"{name} must be an integer from {low} to {MAX_TURN}")
+    return number
 
 
 def parse_answer(data: dict[str, Any]) -> Answer:
@@ -191,12 +194,20 @@ def parse_vote_value(value: Any) -> bool | None:
 
 
 def _who(data: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The end user's subject and the reviewer, each spelled once (`normalise_author`)."""
     user = _id(data, "userId")
     reviewer = _id(data, "reviewer")
-    if reviewer is not None and reviewer.startswith(END_USER):
-        raise Problem(400, f"reviewer names a project member; an end user is userId (not {END_USER}...)")
-    if user is not None and user.startswith(END_USER):
-        user = user.removeprefix(END_USER) or None
+    if reviewer is not None:
+        reviewer = normalise_author(reviewer)
+        if reviewer.startswith(END_USER):
+            raise Problem(400, f"reviewer names a project member; an end user is userId (not {END_USER}...)")
+        if not reviewer:
+            raise Problem(400, "reviewer must be a non-empty string")
+    if user is not None:
+        user = normalise_author(f"{END_USER}{user}").removeprefix(END_USER)
+        if user.casefold().startswith(END_USER):
+            user = user[len(END_USER) :].strip()  # the prefix written out by the client
+        user = user or None
     return user, reviewer
 
 
@@ -244,7 +255,9 @@ def parse_target(data: dict[str, Any]) -> Feedback:
     answer = parse_answer(data)
     user, reviewer = _who(data)
     author = _id(data, "author")
-    return Feedback(answer=answer, user=user, reviewer=reviewer, author=author)
+    return Feedback(
+        answer=answer, user=user, reviewer=reviewer, author=normalise_author(author) if author else None
+    )
 
 
 def parse_score(data: dict[str, Any]) -> ScoreIn:

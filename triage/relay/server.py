@@ -16,7 +16,8 @@ import uvicorn
 from triage.domain.config import TriageConfig
 from triage.errors import ConfigError
 from triage.relay.app import Credentials, RelayApp
-from triage.relay.ledger import Ledger, Op
+from triage.relay.commits import Ledger
+from triage.relay.ledger import Op
 from triage.relay.service import Relay
 from triage.relay.sinks import Sink
 from triage.relay.worker import Worker

@@ -1,26 +1,26 @@
 """The relay's core: votes, verdicts and channel scores to score rows with deterministic ids, the
 operations on them (upsert, create-only, replace, delete, list), and where each write went.
 
-Ids: `uuid5(NAMESPACE, "relay:<score name>:<answer>:<author>")` where the answer is `trace:<id>`
-or `session:<id>:<turn>`. Timestamp: the first write's, kept in the ledger, so a changed vote is
-a true overwrite in Langfuse (same id, name and timestamp) and in the embedded store.
+Ids: `domain.scores.relay_score_id(name, answer, author)` where the answer is `trace:<id>` or
+`session:<id>:<turn>`; a row the ledger already holds keeps its id (ids written before the
+collision-free form included). Timestamp: the first write's, kept in the ledger, so a changed vote
+is a true overwrite in Langfuse (same id, name and timestamp) and in the embedded store.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from triage.domain.relay import HUMAN, VERDICT_FIELDS, VOTE_SCORE, DeclaredScore, RelayConfig
-from triage.domain.scores import NAMESPACE
-from triage.relay.ledger import Ledger, LedgerDown, Row, Tx, iso_ms
+from triage.domain.scores import END_USER, BadScore, PersonMeta, ScoreBody, iso_ms, parse_time, relay_score_id
+from triage.relay.commits import Ledger, LedgerDown
+from triage.relay.ledger import Row, Tx
 from triage.relay.metrics import Metrics
-from triage.relay.problems import DeliveryFailed, Problem
-from triage.relay.requests import END_USER, Answer, Feedback, ScoreIn
+from triage.relay.problems import Problem
+from triage.relay.requests import Answer, Feedback, ScoreIn
 from triage.relay.sinks import Sink
 from triage.relay.worker import Worker
 from triage.retry import Clock
@@ -30,17 +30,13 @@ log = logging.getLogger("triage.relay")
 Mode = Literal["upsert", "create", "replace"]
 
 
-def relay_id(name: str, answer: str, author: str) -> str:
-    return str(uuid.uuid5(NAMESPACE, f"relay:{name}:{answer}:{author}"))
-
-
 @dataclass
 class Written:
     """A write's answer: the ids, and where the write is durable now."""
 
     ids: list[str]
     cleared: list[str]
-    where: Literal["store", "outbox", "langfuse"]
+    where: Literal["store", "outbox"]
 
     def body(self) -> dict[str, Any]:
         return {"ids": self.ids, "cleared": self.cleared, "stored": self.where}
@@ -54,7 +50,13 @@ def check_value(decl: DeclaredScore, value: Any) -> Any:
             return 1 if value else 0
         raise Problem(422, f"{name} is BOOLEAN: the value must be true/false or 1/0")
     if kind == "NUMERIC":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Problem(422, f"{name} is NUMERIC: the value must be a finite number")
+        try:
+            value = float(value) if isinstance(value, int) and abs(value) > 2**53 else value
+        except OverflowError:  # an integer of hundreds of digits: no float, no score
+            raise Problem(422, f"{name} is NUMERIC: the value must be a finite number") from None
+        if not math.isfinite(value):
             raise Problem(422, f"{name} is NUMERIC: the value must be a finite number")
         if (decl.min is not None and value < decl.min) or (decl.max is not None and value > decl.max):
             raise Problem(422, f"{name} must be within [{decl.min}, {decl.max}]")
@@ -113,7 +115,7 @@ class Relay:
 
     async def _run(
         self, fn: Any, keys: list[tuple[str, str]]
-    ) -> tuple[Any, Literal["store", "outbox", "langfuse"]]:
+    ) -> tuple[Any, Literal["store", "outbox"]]:
         pending, _, _ = self.outbox_depth(fresh=False)
         if pending >= self.config.outbox_max:
             raise Problem(
@@ -121,21 +123,15 @@ class Relay:
             )
         try:
             result, ops, durable = await self.ledger.run(fn, keys)
+        except BadScore as ex:  # a row the ledger cannot hold: this request alone is refused
+            raise Problem(422, f"not written: {ex}") from None
         except LedgerDown as ex:
-            # the outbox is down: write straight through, or fail (502) when that fails too
-            tx = Tx(None, self._now)  # no ledger: every answer is new
-            result = fn(tx)
-            try:
-                failed = await asyncio.to_thread(self.sink.deliver, tx.ops)
-            except DeliveryFailed as down:
-                failed = {0: down}
-            if failed:
-                self.metrics.inc("relay_outcomes_total", outcome="failed")
-                raise Problem(
-                    502, f"not written: the outbox failed ({ex}) and so did {self.sink.name}"
-                ) from None
-            self.metrics.inc("relay_outcomes_total", outcome="direct")
-            return result, "store" if self.sink.inline else "langfuse"
+            # never around the ledger: a write it did not keep is no write (the client retries;
+            # the same request then lands once, with the same id and timestamp)
+            self.metrics.inc("relay_outcomes_total", outcome="refused_ledger_down")
+            raise Problem(
+                503, f"not written: the relay's ledger cannot commit ({ex}); try again", {"Retry-After": "5"}
+            ) from None
         if durable == "store":
             self.metrics.inc("relay_outcomes_total", outcome="stored")
             return result, "store"
@@ -164,25 +160,21 @@ class Relay:
         existing: Row | None,
         now: str,
     ) -> Row:
-        score_id = existing.id if existing else relay_id(name, answer.key, author)
+        score_id = existing.id if existing else relay_score_id(name, answer.key, author)
         timestamp = existing.timestamp if existing else now
-        metadata: dict[str, Any] = {"userId": author, "reviewer": author, "answer": answer.key}
-        if answer.session_id is not None:
-            metadata["sessionId"] = answer.session_id
-        if answer.turn is not None:
-            metadata["turn"] = answer.turn
-        body = {
-            "id": score_id,
-            "name": name,
-            "value": value,
-            "dataType": data_type,
-            **answer.subject(),
-            "comment": comment,
-            "metadata": metadata,
-            "environment": environment,
-            "source": "API",
-            "timestamp": timestamp,
-        }
+        meta = PersonMeta(author=author, answer=answer.key, session_id=answer.session_id, turn=answer.turn)
+        body = ScoreBody(
+            id=score_id,
+            name=name,
+            value=value,
+            data_type=data_type,  # type: ignore[arg-type]
+            timestamp=parse_time(timestamp),
+            trace_id=answer.trace_id or None,
+            session_id=None if answer.trace_id else answer.session_id,
+            comment=comment,
+            metadata=meta.to_metadata(),
+            environment=environment,
+        )
         return Row(
             id=score_id,
             answer=answer.key,
@@ -345,7 +337,7 @@ class Relay:
             params += [self.verdict_score, *wanted]
         groups: dict[tuple[str, str], dict[str, Any]] = {}
         fields = {v: k for k, v in self.names.items()}
-        for row in self.ledger.rows_where(" AND ".join(where), params):
+        for row in self.ledger.reads.rows_where(" AND ".join(where), params):
             item = groups.setdefault(
                 (row.answer, row.author),
                 {
@@ -358,14 +350,16 @@ class Relay:
                     "updatedAt": row.updated_at,
                 },
             )
-            body = row.body or {}
+            body = row.body
+            if body is None:
+                continue
             if row.name == VOTE_SCORE:
-                item["vote"] = "up" if body.get("value") == 1 else "down"
-                item["comment"] = body.get("comment")
+                item["vote"] = "up" if body.value == 1 else "down"
+                item["comment"] = body.comment
             elif row.name in fields and row.kind == "verdict":
-                item[fields[row.name]] = body.get("value")
+                item[fields[row.name]] = body.value
             else:
-                item["scores"][row.name] = body.get("value")
+                item["scores"][row.name] = body.value
             item["updatedAt"] = max(item["updatedAt"], row.updated_at)
         return list(groups.values())
 
@@ -373,7 +367,7 @@ class Relay:
         """(undelivered, set aside, oldest's age); for the write path, read at most every half second."""
         now = self.clock.monotonic()
         if fresh or self._depth is None or now - self._depth_at > 0.5:
-            self._depth, self._depth_at = self.ledger.depth(), now
+            self._depth, self._depth_at = self.ledger.reads.depth(), now
         return self._depth
 
 

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import httpx
 
 from triage.domain.relay import RelayConfig
+from triage.domain.scores import BadScore, ScoreBody
 from triage.errors import TriageError
 from triage.relay.configs import sync_score_configs
 from triage.relay.ledger import Op
@@ -41,6 +43,10 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+def _store_op(op: Op) -> tuple[Literal["put"], ScoreBody] | tuple[Literal["delete"], str]:
+    return ("put", op.body) if op.op == "put" and op.body is not None else ("delete", op.score_id)
+
+
 def coalesce(ops: Sequence[Op]) -> list[Op]:
     """The newest op per score id, in order of seq (older ones are superseded)."""
     newest: dict[str, Op] = {}
@@ -61,10 +67,25 @@ class StoreSink:
     def deliver(self, ops: Sequence[Op]) -> dict[int, DeliveryFailed]:
         # in order (a put then a delete of one id must end deleted), in one transaction: one fsync
         # per batch however its puts and deletes interleave
-        self.store.apply_score_ops(
-            [("put", op.body) if op.op == "put" and op.body is not None else ("delete", op.score_id) for op in ops]
-        )
+        try:
+            self.store.apply_score_ops([_store_op(op) for op in ops])
+        except sqlite3.OperationalError:
+            raise  # the store is down (disk, lock): the outbox keeps every op
+        except Exception:
+            # one op the store cannot take must not fail its batch-mates: find it alone
+            return self._one_by_one(ops)
         return {}
+
+    def _one_by_one(self, ops: Sequence[Op]) -> dict[int, DeliveryFailed]:
+        failed: dict[int, DeliveryFailed] = {}
+        for op in ops:
+            try:
+                self.store.apply_score_ops([_store_op(op)])
+            except sqlite3.OperationalError:
+                raise
+            except Exception as ex:
+                failed[op.seq] = DeliveryFailed(f"the store refused it: {type(ex).__name__}: {ex}", permanent=True)
+        return failed
 
     def housekeeping(self) -> None:
         self.store.checkpoint()
@@ -109,9 +130,10 @@ class LangfuseSink:
                 extra={"event": "score_config"},
             )
 
-    def _wire(self, body: dict[str, object]) -> dict[str, object]:
-        config = self.config_ids.get(str(body.get("name")))
-        return {**body, "configId": config} if config else body
+    def _wire(self, body: ScoreBody) -> dict[str, object]:
+        wire = body.wire()
+        config = self.config_ids.get(body.name)
+        return {**wire, "configId": config} if config else wire
 
     def _failed(self, ex: BaseException) -> DeliveryFailed:
         if isinstance(ex, HttpStatus):
@@ -126,15 +148,22 @@ class LangfuseSink:
     def deliver(self, ops: Sequence[Op]) -> dict[int, DeliveryFailed]:
         failed: dict[int, DeliveryFailed] = {}
         ops = coalesce(ops)
-        puts = [op for op in ops if op.op == "put" and op.body is not None]
+        puts: list[Op] = []
+        for op in ops:
+            if op.op != "put" or op.body is None:
+                continue
+            try:
+                op.body.encoded()
+            except BadScore as ex:  # text no JSON encoder can send: never sendable, set aside alone
+                failed[op.seq] = DeliveryFailed(str(ex), permanent=True)
+                continue
+            puts.append(op)
         deletes = [op for op in ops if op.op == "delete"]
         for start in range(0, len(puts), self.batch_max):
             chunk = puts[start : start + self.batch_max]
             try:
                 self.requests += 1
-                rejected = post_score_list(
-                    self.http, [self._wire(op.body) for op in chunk if op.body], ONE_ATTEMPT
-                )
+                rejected = post_score_list(self.http, [self._wire(op.body) for op in chunk if op.body], ONE_ATTEMPT)
             except (HttpStatus, httpx.TransportError, TriageError) as ex:
                 problem = self._failed(ex)
                 if problem.retryable or len(chunk) == 1:
@@ -142,6 +171,10 @@ class LangfuseSink:
                         raise problem from None  # Langfuse is down: nothing of this batch went
                     failed.update({op.seq: problem for op in chunk})
                     continue
+                failed.update(self._one_by_one(chunk))
+                continue
+            except Exception:  # a bug on one op must not fail its batch-mates: find it alone
+                log.exception("delivering a batch crashed; one by one", extra={"event": "delivery_crash"})
                 failed.update(self._one_by_one(chunk))
                 continue
             if rejected:
@@ -164,6 +197,8 @@ class LangfuseSink:
                     failed[op.seq] = DeliveryFailed("Langfuse rejected the score (207)", retryable=False)
             except (HttpStatus, httpx.TransportError, TriageError) as ex:
                 failed[op.seq] = self._failed(ex)
+            except Exception as ex:  # not a refusal, and not Langfuse's fault: a few more tries, then aside
+                failed[op.seq] = DeliveryFailed(f"{type(ex).__name__}: {ex}", retryable=False)
         return failed
 
     def reachable(self) -> bool:

@@ -11,7 +11,8 @@ import logging
 import random
 import threading
 
-from triage.relay.ledger import Ledger
+from triage.relay import ledger as storage
+from triage.relay.commits import Ledger
 from triage.relay.problems import DeliveryFailed
 from triage.relay.sinks import Sink
 from triage.retry import Clock
@@ -59,7 +60,7 @@ class Worker:
 
     def run_once(self) -> int:
         """Deliver one batch of due operations; how many were delivered."""
-        ops = self.ledger.call(lambda tx: Ledger.claim(tx, self.batch_max))
+        ops = self.ledger.call(lambda tx: storage.claim(tx, self.batch_max))
         if not ops:
             return 0
         now = self.clock.now().timestamp()
@@ -76,13 +77,13 @@ class Worker:
             problem = failed.get(op.seq)
             if problem is None:
                 continue
-            if not problem.retryable and op.attempts + 1 >= self.max_attempts:
+            if problem.permanent or (not problem.retryable and op.attempts + 1 >= self.max_attempts):
                 dead[op.seq] = str(problem)
             else:
                 wait = problem.wait if problem.wait is not None else self.backoff(op.attempts)
                 retry[op.seq] = (now + wait, str(problem))
         done = [op.seq for op in ops if op.seq not in failed]
-        self.ledger.call(lambda tx: Ledger.settle(tx, done, retry, dead))
+        self.ledger.call(lambda tx: storage.settle(tx, done, retry, dead))
         self.delivered += len(done)
         self.dead += len(dead)
         if failed:
@@ -131,7 +132,7 @@ class Worker:
                 except Exception as ex:
                     log.warning("ledger checkpoint failed: %s", ex, extra={"event": "checkpoint_failed"})
             try:
-                wait = self.ledger.call(Ledger.due_in)
+                wait = self.ledger.call(storage.due_in)
             except Exception:  # the ledger is closing or failing: try again shortly
                 wait = 1.0
             if wait is None or wait > 0:

@@ -14,15 +14,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from triage.domain.conversations import TraceRef
 from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
 from triage.domain.ports import SourceStats
-from triage.domain.records import Observation, ScoreWrite, StoredScore, UnreadableTrace, Vote, WriteOutcome
-from triage.domain.scores import score_id
+from triage.domain.records import Observation, StoredScore, UnreadableTrace, Vote, WriteOutcome
+from triage.domain.scores import PersonMeta, ScoreBody, score_id
 from triage.errors import ConfigError, InputError
 
 SCHEMA = """
@@ -374,33 +374,9 @@ class Store:
             ).fetchall()
         return {wanted[row["id"]] for row in rows}
 
-    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
-        now = iso(datetime.now(UTC))
-        with self._tx() as db:
-            # same id and timestamp: the row is overwritten, as Langfuse upserts
-            db.executemany(
-                "INSERT INTO scores (id, name, stringValue, value, dataType, traceId, comment, metadata, "
-                "timestamp, source, environment, createdAt, updatedAt) "
-                "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, 'API', ?, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET stringValue = excluded.stringValue, comment = excluded.comment, "
-                "metadata = excluded.metadata, updatedAt = excluded.updatedAt",
-                [
-                    (
-                        s.id,
-                        s.name,
-                        s.value,
-                        s.data_type,
-                        s.trace_id,
-                        s.comment,
-                        json.dumps(s.metadata),
-                        iso(s.timestamp),
-                        s.environment,
-                        now,
-                        now,
-                    )
-                    for s in scores
-                ],
-            )
+    def write_scores(self, scores: Sequence[ScoreBody]) -> WriteOutcome:
+        """The job's writes: the same upsert as the relay's (`put_scores`); a commit is the read-back."""
+        self.put_scores(scores)
         return WriteOutcome(confirmed=[s.id for s in scores])
 
     def trace_url(self, trace_id: str) -> str | None:
@@ -491,8 +467,8 @@ class Store:
 
     # -- the relay's writes (`triage relay`) -------------------------------------------------------
 
-    def put_scores(self, bodies: Sequence[dict[str, Any]]) -> None:
-        """Upsert scores given in Langfuse's POST shape (any data type, on a trace or a session).
+    def put_scores(self, bodies: Sequence[ScoreBody]) -> None:
+        """Upsert scores (any data type, on a trace or a session).
 
         As Langfuse does for the same id and timestamp: the value, comment and metadata are
         replaced; id, timestamp, subject and createdAt stay as first written. One transaction.
@@ -503,34 +479,31 @@ class Store:
         """Remove scores by id (a retracted vote or a verdict field left out); unknown ids are fine."""
         self.apply_score_ops([("delete", i) for i in ids])
 
-    def apply_score_ops(self, ops: Sequence[tuple[str, Any]]) -> None:
+    def apply_score_ops(self, ops: Sequence[tuple[Literal["put"], ScoreBody] | tuple[Literal["delete"], str]]) -> None:
         """Puts (`("put", body)`, as `put_scores`) and deletes (`("delete", id)`) in this order,
         in one transaction: one commit (one fsync in WAL mode) however they interleave."""
         now = iso(datetime.now(UTC))
         with self._tx() as db:
             puts: list[tuple[Any, ...]] = []
-            for kind, item in ops:
-                if kind == "put":
-                    puts.append(self._post_row(item, now))
+            for op in ops:
+                if op[0] == "put":
+                    puts.append(self._post_row(op[1], now))
                     continue
                 if puts:
                     db.executemany(_UPSERT_SCORE, puts)
                     puts = []
-                db.execute("DELETE FROM scores WHERE id = ?", (item,))
+                db.execute("DELETE FROM scores WHERE id = ?", (op[1],))
             if puts:
                 db.executemany(_UPSERT_SCORE, puts)
 
     @staticmethod
-    def _post_row(body: dict[str, Any], now: str) -> tuple[Any, ...]:
-        value = body.get("value")
-        number, text = (None, value) if isinstance(value, str) else (float(value or 0), None)
-        metadata = body.get("metadata") or {}
-        user = metadata.get("userId") if isinstance(metadata, dict) else None
-        stamp = _parse_time(body["timestamp"], "relay") if body.get("timestamp") else datetime.now(UTC)
+    def _post_row(body: ScoreBody, now: str) -> tuple[Any, ...]:
+        number, text = (None, body.value) if isinstance(body.value, str) else (float(body.value), None)
+        person = PersonMeta.from_stored(body.metadata)
         return (
-            body["id"], body["name"], number, text, body.get("dataType"), body.get("traceId"),
-            body.get("sessionId"), body.get("comment"), json.dumps(metadata), user, iso(stamp),
-            body.get("source") or "API", body.get("environment") or "default", now, now,
+            body.id, body.name, number, text, body.data_type, body.trace_id, body.session_id, body.comment,
+            json.dumps(dict(body.metadata)), person.author if person else None, iso(body.timestamp), body.source,
+            body.environment, now, now,
         )  # fmt: skip
 
     # -- ScoreReader ----------------------------------------------------------------------------

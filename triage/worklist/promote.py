@@ -43,11 +43,11 @@ from triage.domain.datasets import (
 )
 from triage.domain.ports import ScoreReader, TraceSource
 from triage.domain.records import Facts, Layer, StoredScore, Trace, UnreadableTrace, is_the_jobs
+from triage.domain.scores import is_end_user, normalise_author
 from triage.errors import InputError
 from triage.reading.trace import parse_raw, read_trace
 
 DEFAULT_DATASET = "triage-regressions"
-END_USER_PREFIX = "user:"  # how the relay names end users: their verdicts are votes, not reviews
 #: the trace's logged input is kept when its JSON is at most this long (else the question alone)
 MAX_TRACE_INPUT_CHARS = 20_000
 MAX_ANSWER_CHARS = 4_000
@@ -165,9 +165,10 @@ def _gather(
             names.expected_tool_behavior: "expected_tool_behavior",
             names.note: "note",
         }.get(score.name)
-        if review_field is None or score.author is None or score.author.startswith(END_USER_PREFIX):
+        if review_field is None or score.author is None or is_end_user(score.author):
             continue
-        review = reviews.setdefault((score.trace_id, score.author), _Review(reviewer=score.author))
+        reviewer = normalise_author(score.author)
+        review = reviews.setdefault((score.trace_id, reviewer), _Review(reviewer=reviewer))
         setattr(review, review_field, _text(score.value))  # scores are in time order: the newest wins
         review.newest = score.timestamp
     by_trace: dict[str, list[_Review]] = defaultdict(list)

@@ -19,7 +19,8 @@ import httpx
 from triage.domain.conversations import TraceRef
 from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
 from triage.domain.ports import SourceStats
-from triage.domain.records import Observation, ScoreWrite, StoredScore, UnreadableTrace, Vote, WriteOutcome
+from triage.domain.records import Observation, StoredScore, UnreadableTrace, Vote, WriteOutcome
+from triage.domain.scores import ScoreBody
 from triage.errors import ConfigError
 from triage.retry import Budget, Clock, RetryPolicy
 from triage.sources.langfuse.annotations import LangfuseAnnotations
@@ -28,7 +29,7 @@ from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
 from triage.sources.langfuse.links import LINKS_RETRY, TraceLinks
 from triage.sources.langfuse.scores import ScoreReads
 from triage.sources.langfuse.traces import TraceReads
-from triage.sources.langfuse.writes import ScoreWrites
+from triage.sources.langfuse.writes import ScoreBodys
 
 
 class LangfuseBackend:
@@ -72,7 +73,7 @@ class LangfuseBackend:
         self.base_url = self._http.base_url
         self._scores = ScoreReads(self._http)
         self._traces = TraceReads(self._http)
-        self._writes = ScoreWrites(
+        self._writes = ScoreBodys(
             self._http,
             self._scores,
             confirm_wait=confirm_wait_seconds,
@@ -131,7 +132,7 @@ class LangfuseBackend:
     def triaged(self, trace_ids: Sequence[str], score_name: str, rule_version: str) -> set[str]:
         return self._scores.triaged(trace_ids, score_name, rule_version)
 
-    def write_scores(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+    def write_scores(self, scores: Sequence[ScoreBody]) -> WriteOutcome:
         return self._writes.write(scores)
 
     # -- ScoreReader ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Langfuse's wire shapes and their mapping to triage's records (pure: no I/O).
 
 Rows triage reads (ScoreV3, ObservationV2, the legacy trace and session bodies) become `Vote` and
-`Observation`; a `ScoreWrite` becomes one POST body; the answers to a list POST and to the project
+`Observation`; a `ScoreBody` becomes one POST body; the answers to a list POST and to the project
 read are checked against the shapes of SDK 5.x's models (`BatchAnswer`, `ProjectsPage`).
 """
 
@@ -14,7 +14,8 @@ from typing import Any, Literal, TypeVar
 
 import pydantic
 
-from triage.domain.records import Observation, ScoreWrite, StoredScore, Vote
+from triage.domain.records import Observation, StoredScore, Vote
+from triage.domain.scores import ScoreBody
 
 T = TypeVar("T")
 
@@ -233,29 +234,12 @@ def id_batches(ids: Sequence[str]) -> Iterator[list[str]]:
         yield batch
 
 
-def wire_score(score: ScoreWrite) -> dict[str, Any]:
-    """The camelCase POST body of one score."""
-    return {
-        "id": score.id,
-        "traceId": score.trace_id,
-        "name": score.name,
-        "value": score.value,
-        "dataType": score.data_type,
-        "comment": score.comment,
-        "metadata": score.metadata,
-        "environment": score.environment,
-        "source": "API",
-        # newer servers upsert on (id, timestamp); older ones ignore it and stamp the receive time
-        "timestamp": iso_z(score.timestamp),
-    }
-
-
-def post_chunks(scores: Iterable[ScoreWrite]) -> Iterator[list[ScoreWrite]]:
+def post_chunks(scores: Iterable[ScoreBody]) -> Iterator[list[ScoreBody]]:
     """Scores in chunks whose JSON body stays well under the 1 MiB limit."""
-    chunk: list[ScoreWrite] = []
+    chunk: list[ScoreBody] = []
     size = 2
     for score in scores:
-        cost = len(json.dumps(wire_score(score), default=str).encode()) + 1
+        cost = len(json.dumps(score.wire(), default=str).encode()) + 1
         if chunk and (size + cost > POST_BYTES or len(chunk) >= POST_SCORES):
             yield chunk
             chunk, size = [], 2

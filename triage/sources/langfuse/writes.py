@@ -10,17 +10,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from triage.domain.records import ScoreWrite, WriteOutcome
+from triage.domain.records import WriteOutcome
+from triage.domain.scores import ScoreBody
 from triage.errors import LangfuseError
 from triage.retry import Clock, RetryPolicy, current_clock
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp
 from triage.sources.langfuse.scores import ScoreReads
-from triage.sources.langfuse.wire import BatchAnswer, BatchResults, post_chunks, wire_score
+from triage.sources.langfuse.wire import BatchAnswer, BatchResults, post_chunks
 
 log = logging.getLogger("triage.sources.langfuse")
 
 
-class ScoreWrites:
+class ScoreBodys:
     def __init__(
         self,
         http: LangfuseHttp,
@@ -37,11 +38,11 @@ class ScoreWrites:
         self.clock = clock
         self.list_contract: bool | None = None  # False: POST /scores takes one object only
 
-    def write(self, scores: Sequence[ScoreWrite]) -> WriteOutcome:
+    def write(self, scores: Sequence[ScoreBody]) -> WriteOutcome:
         unique = list({s.id: s for s in scores}.values())
         failed: dict[str, str] = {}
         notes: dict[str, str] = {}  # ids whose write was answered with a warning (207)
-        sent: list[ScoreWrite] = []
+        sent: list[ScoreBody] = []
         for chunk in post_chunks(unique):
             if self.list_contract is not False:
                 outcome = self._post_list(chunk)
@@ -69,10 +70,10 @@ class ScoreWrites:
             failed[sid] = f"{reason}; {notes[sid]}" if sid in notes else reason
         return WriteOutcome(confirmed=confirmed, failed=failed)
 
-    def _post_list(self, chunk: list[ScoreWrite]) -> tuple[str | None, str | None] | None:
+    def _post_list(self, chunk: list[ScoreBody]) -> tuple[str | None, str | None] | None:
         """POST a list. (error, warning) per chunk; None when the server wants one object per POST."""
         what = f"writing {len(chunk)} scores"
-        body = [wire_score(s) for s in chunk]
+        body = [s.wire() for s in chunk]
         try:
             response = self.http.call(
                 what,
@@ -93,18 +94,18 @@ class ScoreWrites:
             return None, f"the server rejected {response.rejected} of {len(chunk)} scores in the batch: {messages}"
         return None, None
 
-    def _post_one(self, score: ScoreWrite) -> str | None:
+    def _post_one(self, score: ScoreBody) -> str | None:
         """POST one object (the older contract); an error message, or None."""
         what = f"writing score {score.id}"
         try:
-            self.http.call(what, lambda: self.http.raw("POST", "api/public/scores", json_body=wire_score(score)))
+            self.http.call(what, lambda: self.http.raw("POST", "api/public/scores", json_body=score.wire()))
         except HttpStatus as ex:
             return f"write refused: {ex.detail()}"
         except LangfuseError as ex:
             return f"write failed: {ex}"
         return None
 
-    def _confirm(self, sent: Sequence[ScoreWrite]) -> tuple[list[str], dict[str, str]]:
+    def _confirm(self, sent: Sequence[ScoreBody]) -> tuple[list[str], dict[str, str]]:
         """Read the written scores back by id until each shows its value, or the wait is over."""
         clock = self.clock or current_clock()
         pending = {s.id: s for s in sent}
