@@ -165,7 +165,7 @@ def test_votes_page_through_newest_first_without_a_value_filter(server: Langfuse
     records.append(trace("old", vote=0, vote_at=NOW - timedelta(days=3)))  # outside the window
     server.load(records)
     with backend_for(server) as backend:
-        votes = backend.votes("user_feedback", *WINDOW)
+        votes = backend.votes("user_feedback", *WINDOW).votes
     assert len(votes) == 250
     assert {v.trace_id for v in votes} == {f"t{i:03d}" for i in range(250)}
     down = [v for v in votes if v.is_thumbs_down]
@@ -206,7 +206,7 @@ def test_changed_votes_read_their_current_row_not_a_stale_one(server: LangfuseSt
     assert {s["id"] for s in raw["data"]} == {"vote-flip-in", "vote-flip-out", "vote-steady"}
 
     with backend_for(server) as backend:
-        votes = {v.id: v for v in backend.votes("user_feedback", *WINDOW)}
+        votes = {v.id: v for v in backend.votes("user_feedback", *WINDOW).votes}
     assert votes["vote-flip-in"].value == 1
     assert votes["vote-flip-out"].value == 1  # re-read by id: the current row wins
     assert votes["vote-steady"].value == 0
@@ -225,7 +225,7 @@ def test_session_votes_and_turns_that_arrive_after_the_vote(server: LangfuseStan
         ]
     )
     with backend_for(server) as backend:
-        votes = backend.votes("user_feedback", *WINDOW)
+        votes = backend.votes("user_feedback", *WINDOW).votes
         assert [(v.session_id, v.turn, v.trace_id) for v in votes] == [("s1", 2, None)]
         early = backend.session_traces(["s1", "s2", "empty"])
         assert early == {"s1": ["s1-b", "s1-a"], "s2": ["s2-only"], "empty": []}
@@ -407,7 +407,7 @@ def test_429_honours_retry_after_and_every_request_is_counted() -> None:
         records=[trace(f"t{i}") for i in range(30)], rate_limit_every=2, retry_after=0.05
     ) as srv:
         with backend_for(srv) as backend:
-            votes = backend.votes("user_feedback", *WINDOW)
+            votes = backend.votes("user_feedback", *WINDOW).votes
             found = backend.observations([v.trace_id for v in votes if v.trace_id])
             outcome = backend.write_scores([layer_score(f"t{i}") for i in range(30)])
             count = backend.stats.requests
@@ -433,7 +433,7 @@ def test_transient_faults_are_retried(server: LangfuseStandIn, fault: dict[str, 
     with backend_for(server, timeout=0.5) as backend:
         for path in ("/v3/scores", "/v2/observations", "/api/public/scores"):
             server.inject(path=path, **fault)
-        votes = backend.votes("user_feedback", *WINDOW)
+        votes = backend.votes("user_feedback", *WINDOW).votes
         found = backend.observations(["a", "b"])
         outcome = backend.write_scores([layer_score("a"), layer_score("b")])
     assert {v.trace_id for v in votes} == {"a", "b"}
@@ -446,7 +446,7 @@ def test_a_server_restart_mid_run_is_survived_and_state_is_kept(server: Langfuse
     with backend_for(server) as backend:
         first = backend.write_scores([layer_score("t0")])
         server.schedule_restart(at_request=1, down_seconds=0.3)
-        votes = backend.votes("user_feedback", *WINDOW)  # its first request hits the restart
+        votes = backend.votes("user_feedback", *WINDOW).votes  # its first request hits the restart
         rest = backend.write_scores([layer_score(f"t{i}") for i in range(1, 5)])
         assert backend.triaged([f"t{i}" for i in range(5)], "triage_layer", "1") == {
             f"t{i}" for i in range(5)
@@ -484,7 +484,7 @@ def test_an_injected_client_is_used_and_left_open(server: LangfuseStandIn) -> No
     server.load([trace("a")])
     client = httpx.Client(timeout=5.0)
     with backend_for(server, httpx_client=client) as backend:
-        assert len(backend.votes("user_feedback", *WINDOW)) == 1
+        assert len(backend.votes("user_feedback", *WINDOW).votes) == 1
         # the project read on opening, the window read and the thumbs-down re-read
         assert backend.stats.requests == 3
     assert not client.is_closed

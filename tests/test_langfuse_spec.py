@@ -94,7 +94,7 @@ def test_every_exchange_of_a_run_matches_the_spec(openapi: Any, busy_server: Lan
     srv = busy_server
     srv.add_duplicate_observation("t0-gen")
     with backend_for(srv) as backend:
-        votes = backend.votes("user_feedback", *WINDOW)
+        votes = backend.votes("user_feedback", *WINDOW).votes
         backend.session_traces(["s1"])
         backend.observations([v.trace_id for v in votes if v.trace_id])
         backend.triaged([f"t{i}" for i in range(120)], "triage_layer", "1")

@@ -228,7 +228,7 @@ def test_votes_map_subjects_and_ignore_what_is_not_a_vote(router: Router, clock:
     ]
     router.on("GET", SCORES_V3, then=scores_table(rows))
     start, end = T0 - timedelta(days=1), T0
-    votes = backend(router, clock).votes("user_feedback", start, end)
+    votes = backend(router, clock).votes("user_feedback", start, end).votes
 
     by_id = {v.id: v for v in votes}
     assert [v.id for v in votes] == ["sv", "ov", "up"]  # oldest first; categorical and experiment out
@@ -242,7 +242,8 @@ def test_votes_map_subjects_and_ignore_what_is_not_a_vote(router: Router, clock:
     window, reread = (params(r) for r in router.history)
     assert window == {
         "name": "user_feedback",
-        "fromTimestamp": "2026-02-28T12:00:00Z",
+        # the window's start less the 30-day lookback: a vote changed in the window keeps its first timestamp
+        "fromTimestamp": "2026-01-29T12:00:00Z",
         "toTimestamp": "2026-03-01T12:00:00Z",
         "fields": "subject,details",
         "limit": "100",
@@ -257,7 +258,7 @@ def test_votes_follow_the_cursor(router: Router, clock: VirtualClock) -> None:
     router.on(
         "GET", SCORES_V3, reply(200, scores_page([newer], cursor="c2")), reply(200, scores_page([older]))
     )
-    votes = backend(router, clock).votes("user_feedback", T0 - timedelta(days=1), T0)
+    votes = backend(router, clock).votes("user_feedback", T0 - timedelta(days=1), T0).votes
     assert [v.id for v in votes] == ["a", "b"]
     assert "cursor" not in params(router.history[0]) and params(router.history[1])["cursor"] == "c2"
 

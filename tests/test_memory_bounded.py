@@ -240,7 +240,7 @@ def test_reading_the_votes_holds_a_page_of_score_rows_not_the_window(monkeypatch
             timeout=5.0,
             deadline_seconds=10.0,
         ) as backend:
-            votes = backend.votes("user_feedback", now - timedelta(days=1), now)
+            votes = backend.votes("user_feedback", now - timedelta(days=1), now).votes
     assert len(votes) == votes_in_window and all(v.is_thumbs_down for v in votes)
     assert votes[0].comment == f"did not answer my question ({votes_in_window - 1})"  # oldest first
     # a page being read and one re-read chunk at most (the old code held all 600, then 1,200)

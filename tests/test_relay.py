@@ -119,7 +119,7 @@ def test_the_docs_agents_form_goes_on_the_session_and_a_changed_vote_overwrites(
     assert after["value"] == 1.0 and after["comment"] is None
     assert after["timestamp"] == row["timestamp"]  # the first vote's: Langfuse upserts on it
     with Store(tmp_path / "store.sqlite") as store:
-        [vote] = store.votes("user_feedback", NOW - timedelta(hours=1), NOW + timedelta(hours=1))
+        [vote] = store.votes("user_feedback", NOW - timedelta(hours=1), NOW + timedelta(hours=1)).votes
     assert (vote.session_id, vote.turn, vote.value, vote.user_id) == ("c-1", 0, 1.0, "user:anonymous")
 
 

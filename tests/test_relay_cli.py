@@ -55,6 +55,18 @@ def test_a_secret_token_setting_is_never_echoed(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.slow
+def wait_healthy(server: subprocess.Popen[str], url: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline and server.poll() is None, "the relay did not start"
+        time.sleep(0.1)
+
+
 def test_relay_then_feedback_sees_the_votes(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIAGE_", "LANGFUSE_"))}
     env["TRIAGE_STORE"] = str(tmp_path / "store.sqlite")
@@ -67,15 +79,7 @@ def test_relay_then_feedback_sees_the_votes(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "the relay did not start"
-            time.sleep(0.1)
+        wait_healthy(server, url)
         down = {"traceId": "demo-gen-max-trials", "userId": "bob", "value": "down", "comment": "wrong limit"}
         assert httpx.post(f"{url}/api/feedback", json=down).status_code == 200
         session = {"contextId": "no-such-session", "turn": 0, "value": "down"}
@@ -94,3 +98,36 @@ def test_relay_then_feedback_sees_the_votes(tmp_path: Path) -> None:
     assert "2 thumbs-down: 1 triaged, 1 not triaged" in report.stdout, report.stdout + report.stderr
     assert "demo-gen-max-trials" in report.stdout and "wrong limit" in report.stdout
     assert "session no-such-session has 0 trace(s) so far; turn 0 has not arrived" in report.stdout
+
+
+def test_sigterm_stops_the_relay_within_its_grace_even_with_a_client_that_never_finishes(tmp_path: Path) -> None:
+    """Issue 25, defect 4: a request that never got an answer kept SIGTERM from stopping the relay.
+    A client that sends half a request and waits is given the grace period, no longer."""
+    import signal
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIAGE_", "LANGFUSE_"))}
+    env.update(TRIAGE_STORE=str(tmp_path / "store.sqlite"), TRIAGE_RELAY_SHUTDOWN_SECONDS="1")
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "triage", "relay", "--port", str(port), "--log-format", "json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(server, url)
+        assert httpx.post(f"{url}/api/feedback", json={"traceId": "t", "value": "down"}).status_code == 200
+        half = socket.create_connection(("127.0.0.1", port))
+        half.sendall(b"POST /api/feedback HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"traceId\":")
+        time.sleep(0.2)
+        server.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, stderr = server.communicate(timeout=15)
+        took = time.monotonic() - started
+        half.close()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0, stderr
+    assert took < 6, f"took {took:.1f} s to stop"

@@ -45,24 +45,29 @@ def default_store_path() -> Path:
     return Path.home() / ".local" / "share" / "triage" / "store.sqlite"
 
 
+def _langfuse_keys(settings: Settings) -> tuple[str, str]:
+    """Both Langfuse keys, or the configuration error that names the missing one (exit 3)."""
+    if not settings.langfuse_public_key or not settings.langfuse_secret_key:
+        missing = "LANGFUSE_SECRET_KEY" if settings.langfuse_public_key else "LANGFUSE_PUBLIC_KEY"
+        raise ConfigError(f"Langfuse needs both keys: set {missing} (or unset the other to use the embedded store)")
+    return settings.langfuse_public_key, settings.langfuse_secret_key.get_secret_value()
+
+
 @contextmanager
 def open_backend(settings: Settings, budget: Budget | None = None) -> Iterator[Backend]:
     if settings.uses_langfuse:
-        if not settings.langfuse_public_key or not settings.langfuse_secret_key:
-            missing = "LANGFUSE_SECRET_KEY" if settings.langfuse_public_key else "LANGFUSE_PUBLIC_KEY"
-            raise ConfigError(
-                f"Langfuse needs both keys: set {missing} (or unset the other to use the embedded store)"
-            )
+        public_key, secret_key = _langfuse_keys(settings)
         from triage.sources.langfuse.backend import LangfuseBackend
 
         with LangfuseBackend(
-            public_key=settings.langfuse_public_key,
-            secret_key=settings.langfuse_secret_key.get_secret_value(),
+            public_key=public_key,
+            secret_key=secret_key,
             base_url=settings.langfuse_base_url,
             timeout=settings.langfuse_timeout,
             deadline_seconds=settings.triage_langfuse_deadline_seconds,
             confirm_wait_seconds=settings.triage_confirm_wait_seconds,
             budget=budget,
+            vote_lookback=timedelta(days=settings.triage_vote_lookback_days),
         ) as backend:
             yield backend
         return
@@ -220,3 +225,42 @@ def votes(settings: Settings, config: TriageConfig, options: VotesOptions) -> Co
     """The one core call behind `triage votes`."""
     with open_backend(settings, Budget(settings.triage_retry_budget_seconds)) as backend:
         return list_conversations(backend, backend, config.scores.vote, options)
+
+
+def relay(settings: Settings, config: TriageConfig, *, host: str, port: int, outbox: Path | None) -> None:
+    """`triage relay`: the sink (Langfuse when its keys are set, else the embedded store), the
+    ledger beside it, the checks that refuse to start (exit 3), then serve until SIGTERM."""
+    from triage.relay.app import Credentials
+    from triage.relay.server import check_startup, relay_running, serve
+    from triage.relay.sinks import LangfuseSink, Sink, StoreSink
+
+    credentials = Credentials(
+        gateway_token=settings.triage_relay_token.get_secret_value() if settings.triage_relay_token else None,
+        signing_key=settings.triage_relay_signing_key.get_secret_value() if settings.triage_relay_signing_key else None,
+    )
+    check_startup(config, credentials, host)
+    store_path = settings.triage_store or default_store_path()
+    outbox_path = outbox or settings.triage_relay_outbox or store_path.parent / "relay.sqlite"
+    sink: Sink
+    if settings.uses_langfuse:
+        public_key, secret_key = _langfuse_keys(settings)
+        from triage.domain.ports import SourceStats
+        from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
+
+        http = LangfuseHttp(
+            public_key=public_key,
+            secret_key=secret_key,
+            base_url=settings.langfuse_base_url,
+            timeout=settings.langfuse_timeout,
+            retry=LANGFUSE_RETRY.with_(attempts=1),  # the outbox is the retry
+            stats=SourceStats(),
+        )
+        sink = LangfuseSink(http, model=config.relay)
+    else:
+        sink = StoreSink(Store(store_path, create_folder=settings.triage_store is None))
+    try:
+        grace = settings.triage_relay_shutdown_seconds
+        with relay_running(config, sink, outbox_path, credentials, drain_seconds=grace) as app:
+            serve(app, host, port, grace_seconds=grace)
+    finally:
+        sink.close()

@@ -47,6 +47,13 @@ class Settings(BaseSettings):
     triage_retry_budget_seconds: float | None = Field(
         default=1800.0, gt=0, description="after this long, no outside call of the run retries any more"
     )
+    triage_vote_lookback_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=366,
+        description="how far before a window a Langfuse vote read reaches for votes changed in the window "
+        "(a changed vote keeps its first timestamp, and Langfuse filters scores by timestamp only)",
+    )
 
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
@@ -61,6 +68,9 @@ class Settings(BaseSettings):
     triage_relay_token: SecretStr | None = None
     triage_relay_signing_key: SecretStr | None = None
     triage_relay_outbox: Path | None = None
+    #: SIGTERM: requests in flight get this long to finish, then the outbox this long to drain;
+    #: both within Kubernetes' grace period (30 s by default)
+    triage_relay_shutdown_seconds: float = Field(default=10.0, gt=0, le=300)
 
     triage_config: Path | None = None
     triage_store: Path | None = None

@@ -33,6 +33,7 @@ from triage.domain.records import (
     WriteOutcome,
 )
 from triage.domain.scores import ScoreBody, score_id
+from triage.domain.votes import WindowVotes, in_window
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -307,12 +308,12 @@ class FakeSource:
 
     # -- VoteSource ---------------------------------------------------------------------------
 
-    def votes(self, score_name: str, start: datetime, end: datetime) -> list[Vote]:
+    def votes(self, score_name: str, start: datetime, end: datetime) -> WindowVotes:
         self._call("votes", score_name, start, end)
         if score_name != self.vote_name:
-            return []
-        found = [v for v in self._votes if start <= v.timestamp < end]
-        return sorted(found, key=lambda v: (v.timestamp, v.id))
+            return WindowVotes(votes=[])
+        found = [v for v in self._votes if in_window(v.timestamp, v.updated_at, start, end)]
+        return WindowVotes(votes=sorted(found, key=lambda v: (v.timestamp, v.id)))
 
     # -- TraceSource --------------------------------------------------------------------------
 

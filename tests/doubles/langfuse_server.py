@@ -382,8 +382,15 @@ class LangfuseStandIn:
         self.add_observation_row(row, updated_at=older)
 
     def add_score_row(self, score: dict[str, Any], *, visible: bool = True) -> None:
-        """Store one physical score row as if the worker had written it (no upsert)."""
+        """Store one physical score row as if the worker had written it (no upsert).
+
+        A visible row is history: it was written at its `updatedAt` (default: its timestamp) and
+        created at its `createdAt` (default: its timestamp), as the embedded store's import has it;
+        a row that is not visible yet is a write received now."""
         row = self._score_row(score, received=_now())
+        if visible and score.get("timestamp"):
+            row["createdAt"] = _ms(parse_time(score["createdAt"])) if score.get("createdAt") else row["timestamp"]
+            row["updatedAt"] = _ms(parse_time(score["updatedAt"])) if score.get("updatedAt") else row["timestamp"]
         with self._lock:
             if visible:
                 self._seq += 1

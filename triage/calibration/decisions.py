@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from pydantic import ValidationError
-
+from triage import jsonl
 from triage.domain.calibration import BadLabel, Decision
 from triage.domain.confidence import verdict_confidence
-from triage.domain.records import Facts, Layer, StoredScore, is_the_jobs
+from triage.domain.records import Layer, StoredScore
 from triage.domain.rule import Undetermined, decide
-from triage.domain.scores import score_id
+from triage.domain.verdicts import JobScoreNames, current_scores, facts_of
 from triage.errors import InputError
 
 _NOT_FACTS = {"trace_id", "judge", "prompt_version"}
-_LAYERS = {layer.value for layer in Layer}
-
-
-def _facts(raw: Any) -> Facts | None:
-    if not isinstance(raw, dict):
-        return None
-    try:
-        return Facts.model_validate(raw)
-    except ValidationError:
-        return None
 
 
 def decisions_from_scores(
@@ -38,48 +25,27 @@ def decisions_from_scores(
     *,
     current_only: bool = False,
 ) -> dict[str, Decision]:
-    """One decision per trace from the job's layer scores (people's annotations under the same
-    name are not decisions): this rule version's where there is one, else the newest. With
-    `current_only`, this rule version's only (the score id the job gives it), and a score whose
-    value is not a layer is no decision.
-
-    With `component_score`, the component comes from that score (same choice of row)."""
-    best: dict[str, StoredScore] = {}
-    components: dict[str, StoredScore] = {}
-
-    def rank(score: StoredScore) -> tuple[bool, Any]:
-        meta = score.metadata if isinstance(score.metadata, dict) else {}
-        return (str(meta.get("rule_version")) == rule_version, score.timestamp)
-
-    for score in scores:
-        if score.trace_id is None or score.name not in (layer_score, component_score):
-            continue
-        if not is_the_jobs(score):
-            continue
-        if current_only and score.id != score_id(score.trace_id, score.name, rule_version):
-            continue
-        chosen = best if score.name == layer_score else components
-        held = chosen.get(score.trace_id)
-        if held is None or rank(score) > rank(held):
-            chosen[score.trace_id] = score
+    """One decision per trace from the job's current layer scores (`domain.verdicts.current_scores`).
+    With `current_only`, this rule version's only, and a score whose value is not a layer is no
+    decision. With `component_score`, the component comes from that score (same choice of row)."""
+    names = JobScoreNames(layer=layer_score, component=component_score)
     out = {}
-    for trace_id, score in best.items():
-        meta = score.metadata if isinstance(score.metadata, dict) else {}
-        facts = _facts(meta.get("facts"))
-        layer = Layer(score.value) if score.value in _LAYERS else None
+    for trace_id, held in current_scores(scores, names, rule_version, current_only=current_only).items():
+        if held.layer is None:
+            continue
+        layer = held.layer_value
         if layer is None and current_only:
             continue
-        component = components.get(trace_id)
-        owners = meta.get("owners")
+        meta = held.verdict
         out[trace_id] = Decision(
             trace_id=trace_id,
             layer=layer,
-            facts=facts,
-            confidence=verdict_confidence(facts, issues_collection) if facts else "low",
-            judge=meta.get("judge") if isinstance(meta.get("judge"), str) else None,
-            component=component.value if component is not None and isinstance(component.value, str) else None,
-            owners=[str(o) for o in owners] if isinstance(owners, list) else [],
-            timestamp=score.timestamp,
+            facts=meta.facts,
+            confidence=verdict_confidence(meta.facts, issues_collection) if meta.facts else "low",
+            judge=meta.judge,
+            component=held.component_value,
+            owners=meta.owners,
+            timestamp=held.layer.timestamp,
         )
     return out
 
@@ -94,17 +60,15 @@ def decisions_from_facts_file(
         raise InputError(f"cannot read the facts file {path}: {ex.strerror or ex}") from ex
     out: dict[str, Decision] = {}
     bad: list[BadLabel] = []
-    for number, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in jsonl.lines(raw):
         where = f"{path.name}:{number}"
         try:
-            record = json.loads(line)
-        except (UnicodeDecodeError, ValueError):
-            bad.append(BadLabel(where=where, reason="facts file line is not JSON"))
+            record = jsonl.parse(line)
+        except ValueError as ex:  # not JSON, not UTF-8, or too deep
+            bad.append(BadLabel(where=where, reason=f"facts file line is not JSON: {str(ex)[:120]}"))
             continue
         trace_id = record.get("trace_id") if isinstance(record, dict) else None
-        facts = _facts({k: v for k, v in record.items() if k not in _NOT_FACTS}) if trace_id else None
+        facts = facts_of({k: v for k, v in record.items() if k not in _NOT_FACTS}) if trace_id else None
         if not isinstance(trace_id, str) or facts is None:
             bad.append(BadLabel(where=where, reason="facts file line is not a trace's facts"))
             continue

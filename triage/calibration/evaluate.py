@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from triage import jsonl
 from triage.calibration.agreement import agreement
 from triage.calibration.calibrate import LAYER_CLASSES, UNDECIDED, calibrate
 from triage.calibration.decisions import decisions_from_scores
@@ -85,9 +86,9 @@ def _slug(judge: str) -> str:
 def _raw_labels(path: Path) -> dict[str, dict[str, Any]]:
     """Each trace's label line as written (for the component and the replayed facts)."""
     out: dict[str, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for _, line in jsonl.lines(path.read_text(encoding="utf-8")):
         try:
-            record = json.loads(line)
+            record = jsonl.parse(line)
         except ValueError:
             continue  # listed as a bad label by labels_from_file
         if isinstance(record, dict) and isinstance(record.get("trace_id"), str):

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
+from triage import jsonl
 from triage.domain.calibration import LABELLED_FACTS, BadLabel, Label, Verdict
 from triage.domain.config import CalibrationConfig
 from triage.domain.records import Layer, StoredScore
@@ -87,13 +88,11 @@ def labels_from_file(path: Path) -> tuple[list[Label], list[BadLabel]]:
         raise InputError(f"cannot read the labels file {path}: {ex.strerror or ex}") from ex
     labels: list[Label] = []
     bad: list[BadLabel] = []
-    for number, line in enumerate(raw.splitlines(), start=1):
+    for number, line in jsonl.lines(raw):
         where = f"{path.name}:{number}"
-        if not line.strip():
-            continue
         try:
-            record = json.loads(line)
-        except (UnicodeDecodeError, ValueError) as ex:
+            record = jsonl.parse(line)
+        except ValueError as ex:  # not JSON, not UTF-8, or too deep
             bad.append(BadLabel(where=where, reason=f"not a JSON object: {str(ex)[:120]}"))
             continue
         try:

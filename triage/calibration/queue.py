@@ -36,9 +36,9 @@ from triage.domain.review import (
     AnnotationPort,
     Category,
     ReviewQueue,
-    ScoreConfig,
     ScoreConfigSpec,
     config_name_problem,
+    ensure_configs,
 )
 from triage.errors import ConfigError
 
@@ -192,48 +192,22 @@ def score_config_specs(calibration: CalibrationConfig) -> list[ScoreConfigSpec]:
     return specs
 
 
-def config_problem(existing: ScoreConfig, spec: ScoreConfigSpec) -> str | None:
-    """Why an existing config of the spec's name cannot take the reviewers' labels, or None."""
-    if existing.data_type != spec.data_type:
-        return f"it is {existing.data_type}, not {spec.data_type}"
-    if spec.data_type == "CATEGORICAL":
-        have = sorted(c.label for c in existing.categories or [])
-        want = sorted(c.label for c in spec.categories or [])
-        if have != want:
-            return f"its categories are {have}, not the seven layers {want}"
-    return None
-
-
-def ensure_configs(
+def reviewer_configs(
     port: AnnotationPort, specs: list[ScoreConfigSpec], dry_run: bool
 ) -> tuple[list[str], list[str]]:
-    """The ids of the configs (found by name among the unarchived ones, else created) and the
-    names created. An existing config that does not fit is a ConfigError: archive it in Langfuse
-    or name another in the configuration's `[calibration]`."""
-    existing = [c for c in port.score_configs() if not c.is_archived]
-    ids: list[str] = []
-    created: list[str] = []
-    for spec in specs:
-        same_name = [c for c in existing if c.name == spec.name]
-        fitting = [c for c in same_name if config_problem(c, spec) is None]
-        if fitting:
-            ids.append(fitting[0].id)
-            continue
-        if same_name:
-            problem = config_problem(same_name[0], spec)
-            raise ConfigError(
-                f"Langfuse's score config {spec.name!r} (id {same_name[0].id}) cannot take the reviewers' labels: "
-                f"{problem}; archive it in Langfuse, or name another score in the configuration's [calibration]"
-            )
-        created.append(spec.name)
-        if dry_run:
-            continue
-        config = port.create_score_config(spec)
-        log.info(
-            "created score config %s (%s)", config.name, config.id, extra={"event": "score_config_created"}
+    """The ids of the reviewers' configs (`domain.review.ensure_configs`) and the names created.
+    An existing config that does not fit is a ConfigError: archive it in Langfuse or name another
+    in the configuration's `[calibration]`."""
+    found = ensure_configs(port, specs, dry_run=dry_run, strict=True)
+    for name, problem in found.misfits.items():
+        raise ConfigError(
+            f"Langfuse's score config {name!r} ({problem}) cannot take the reviewers' labels; "
+            "archive it in Langfuse, or name another score in the configuration's [calibration]"
         )
-        ids.append(config.id)
-    return ids, created
+    for name in found.created:
+        if name in found.ids:
+            log.info("created score config %s (%s)", name, found.ids[name], extra={"event": "score_config_created"})
+    return [found.ids[s.name] for s in specs if s.name in found.ids], found.created
 
 
 def ensure_queue(
@@ -315,7 +289,7 @@ def run_queue(
     specs = score_config_specs(calibration)
     start, end = window(options, config)
     result = QueueResult(start=start, end=end, queue_name=calibration.queue, dry_run=options.dry_run)
-    config_ids, result.configs_created = ensure_configs(port, specs, options.dry_run)
+    config_ids, result.configs_created = reviewer_configs(port, specs, options.dry_run)
     queue, result.queue_created, result.notes = ensure_queue(
         port, calibration.queue, config_ids, options.dry_run
     )

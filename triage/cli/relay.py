@@ -8,7 +8,6 @@ import click
 
 from triage import logs
 from triage.cli.common import config_for, config_option, handle_errors, load_settings
-from triage.errors import ConfigError
 
 
 @click.command()
@@ -36,45 +35,6 @@ def relay(
     """
     settings = load_settings()
     logs.configure(log_format or settings.triage_log_format, settings.secrets())
-    from triage.compose import default_store_path
-    from triage.relay.app import Credentials
-    from triage.relay.server import check_startup, relay_running, serve
-    from triage.relay.sinks import LangfuseSink, Sink, StoreSink
-    from triage.sources.store import Store
+    from triage import compose
 
-    config = config_for(settings, config_path)
-    credentials = Credentials(
-        gateway_token=settings.triage_relay_token.get_secret_value() if settings.triage_relay_token else None,
-        signing_key=settings.triage_relay_signing_key.get_secret_value()
-        if settings.triage_relay_signing_key
-        else None,
-    )
-    check_startup(config, credentials, host)
-    store_path = settings.triage_store or default_store_path()
-    outbox_path = outbox or settings.triage_relay_outbox or store_path.parent / "relay.sqlite"
-    sink: Sink
-    if settings.uses_langfuse:
-        if not settings.langfuse_public_key or not settings.langfuse_secret_key:
-            missing = "LANGFUSE_SECRET_KEY" if settings.langfuse_public_key else "LANGFUSE_PUBLIC_KEY"
-            raise ConfigError(
-                f"Langfuse needs both keys: set {missing} (or unset the other to use the embedded store)"
-            )
-        from triage.domain.ports import SourceStats
-        from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
-
-        http = LangfuseHttp(
-            public_key=settings.langfuse_public_key,
-            secret_key=settings.langfuse_secret_key.get_secret_value(),
-            base_url=settings.langfuse_base_url,
-            timeout=settings.langfuse_timeout,
-            retry=LANGFUSE_RETRY.with_(attempts=1),
-            stats=SourceStats(),
-        )
-        sink = LangfuseSink(http, batch_max=config.relay.batch_max, model=config.relay)
-    else:
-        sink = StoreSink(Store(store_path, create_folder=settings.triage_store is None))
-    try:
-        with relay_running(config, sink, outbox_path, credentials) as app:
-            serve(app, host, port)
-    finally:
-        sink.close()
+    compose.relay(settings, config_for(settings, config_path), host=host, port=port, outbox=outbox)

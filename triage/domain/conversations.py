@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.domain.records import Vote
+from triage.domain.votes import BadVote
 
 #: the newest comments a conversation row keeps (the rest stay in the store)
 MAX_COMMENTS = 5
@@ -115,16 +116,18 @@ def group_conversations(
         elif vote.session_id:
             conversation = row(vote.session_id, "session")
         else:
-            continue  # a vote on nothing: `triage feedback` lists it as bad input
+            continue  # a vote on nothing: the sources set such a row aside as a `BadVote`
         if direction == "up":
             conversation.up += 1
         else:
             conversation.down += 1
+        # a changed vote keeps its first timestamp: its last change is when it was last voted
+        voted = max(vote.timestamp, vote.updated_at) if vote.updated_at is not None else vote.timestamp
         if vote.comment and vote.comment.strip():
             conversation.notes += 1
-            comments.setdefault(conversation.id, []).append((vote.timestamp, vote.id, vote.comment.strip()))
-        if conversation.last_vote is None or vote.timestamp > conversation.last_vote:
-            conversation.last_vote = vote.timestamp
+            comments.setdefault(conversation.id, []).append((voted, vote.id, vote.comment.strip()))
+        if conversation.last_vote is None or voted > conversation.last_vote:
+            conversation.last_vote = voted
 
     for conversation in rows.values():
         if conversation.kind == "session":
@@ -155,3 +158,5 @@ class ConversationList(BaseModel):
     #: conversations in the window before the filter
     total: int
     conversations: list[Conversation] = Field(default_factory=list)
+    #: rows of the vote score that cannot be read, with their reasons (counted nowhere, listed)
+    bad_votes: list[BadVote] = Field(default_factory=list)

@@ -29,10 +29,10 @@ from triage.domain.records import (
     Trace,
     UnreadableTrace,
     Usage,
-    Vote,
     WriteOutcome,
 )
 from triage.domain.scores import ScoreBody
+from triage.domain.votes import WindowVotes
 
 
 @dataclass
@@ -49,8 +49,9 @@ class SourceStats:
 
 
 class VoteSource(Protocol):
-    def votes(self, score_name: str, start: datetime, end: datetime) -> list[Vote]:
-        """Every current vote named `score_name` with a timestamp in [start, end), newest row per id."""
+    def votes(self, score_name: str, start: datetime, end: datetime) -> WindowVotes:
+        """Every current vote named `score_name` cast or changed in [start, end) (`votes.in_window`),
+        newest row per id; and the rows of that name that cannot be read, each with its reason."""
         ...
 
 

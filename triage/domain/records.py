@@ -285,6 +285,10 @@ class WriteOutcome(_Own):
 
     confirmed: list[str] = Field(default_factory=list)
     failed: dict[str, str] = Field(default_factory=dict)
+    #: the failed ids whose failure may pass (Langfuse down, slow, rate-limiting), and the longest
+    #: Retry-After it asked for
+    retryable: list[str] = Field(default_factory=list)
+    wait: float | None = None
 
 
 class Usage(_Own):

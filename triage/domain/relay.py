@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from triage.domain.review import Category, ScoreConfigSpec, config_name_problem
 from triage.domain.scores import LANGFUSE_TEXT_MAX, DataType
 
 #: the score names the relay writes for people (votes, notes and verdicts); `verdict` is the
@@ -36,6 +37,26 @@ class DeclaredScore(_Section):
     categories: list[str] = Field(default_factory=list)
     #: CATEGORICAL, TEXT and CORRECTION: the longest value (Langfuse's TEXT takes 1-500 characters)
     max_length: int = Field(default=500, ge=1, le=100_000)
+
+    def config_spec(self) -> ScoreConfigSpec | None:
+        """The Langfuse score config that states this score exactly, or None where none can: a
+        CATEGORICAL score open to any string, TEXT and CORRECTION go without one, and so does a
+        name Langfuse would refuse for a config."""
+        if config_name_problem(self.name) is not None:
+            return None
+        description = "declared in triage relay"
+        if self.data_type == "BOOLEAN":
+            return ScoreConfigSpec(name=self.name, data_type="BOOLEAN", description=description)
+        if self.data_type == "NUMERIC":
+            return ScoreConfigSpec(
+                name=self.name, data_type="NUMERIC", description=description, min_value=self.min, max_value=self.max
+            )
+        if self.data_type == "CATEGORICAL" and self.categories:
+            categories = [Category(label=c, value=float(n)) for n, c in enumerate(self.categories)]
+            return ScoreConfigSpec(
+                name=self.name, data_type="CATEGORICAL", categories=categories, description=description
+            )
+        return None
 
 
 class ScoreSource(_Section):

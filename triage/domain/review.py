@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,6 +51,9 @@ class ScoreConfigSpec(_Record):
     #: CATEGORICAL only; a BOOLEAN config's categories are Langfuse's (True 1, False 0)
     categories: list[Category] | None = None
     description: str | None = None
+    #: NUMERIC only: the bounds (inclusive; None: open)
+    min_value: float | None = None
+    max_value: float | None = None
 
 
 class ScoreConfig(_Record):
@@ -61,6 +65,24 @@ class ScoreConfig(_Record):
     is_archived: bool = False
     categories: list[Category] | None = None
     description: str | None = None
+    min_value: float | None = None
+    max_value: float | None = None
+
+    def problem(self, spec: ScoreConfigSpec) -> str | None:
+        """Why this config cannot take the scores `spec` describes, or None (Langfuse drops a score
+        that does not fit its config silently, in its worker, after answering 202)."""
+        if self.is_archived:
+            return "it is archived"
+        if self.data_type != spec.data_type:
+            return f"it is {self.data_type}, not {spec.data_type}"
+        if spec.data_type == "CATEGORICAL":
+            have = sorted(c.label for c in self.categories or [])
+            want = sorted(c.label for c in spec.categories or [])
+            if have != want:
+                return f"its categories are {have}, not {want}"
+        if spec.data_type == "NUMERIC" and (self.min_value, self.max_value) != (spec.min_value, spec.max_value):
+            return f"its bounds are [{self.min_value}, {self.max_value}], not [{spec.min_value}, {spec.max_value}]"
+        return None
 
 
 class ReviewQueue(_Record):
@@ -110,3 +132,37 @@ class AnnotationPort(Protocol):
         ...
 
 
+@dataclass
+class ConfigsFound:
+    """What `ensure_configs` found: a config id per spec name that has one, the names it created,
+    and the names whose existing config does not fit (with why)."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)
+    misfits: dict[str, str] = field(default_factory=dict)
+
+
+def ensure_configs(
+    port: AnnotationPort, specs: Sequence[ScoreConfigSpec], *, dry_run: bool = False, strict: bool = False
+) -> ConfigsFound:
+    """The one way triage maps its scores to Langfuse score configs (the relay's declared model,
+    `triage queue`'s reviewer scores): an unarchived config of the spec's name that fits is used;
+    none of that name is created (not with `dry_run`, nor with `strict` once any misfits); one that
+    does not fit is a misfit, left alone (the caller decides whether that is an error)."""
+    existing = [c for c in port.score_configs() if not c.is_archived]
+    found = ConfigsFound()
+    for spec in specs:
+        same_name = [c for c in existing if c.name == spec.name]
+        fitting = [c for c in same_name if c.problem(spec) is None]
+        if fitting:
+            found.ids[spec.name] = fitting[0].id
+        elif same_name:
+            found.misfits[spec.name] = f"id {same_name[0].id}: {same_name[0].problem(spec)}"
+        else:
+            found.created.append(spec.name)
+    if dry_run or (strict and found.misfits):
+        return found
+    for spec in specs:
+        if spec.name in found.created:
+            found.ids[spec.name] = port.create_score_config(spec).id
+    return found

@@ -169,6 +169,8 @@ class ScoreBody:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     environment: str = "default"
     source: str = "API"
+    #: the Langfuse score config it fits (the relay's declared model), or None
+    config_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.id or not self.name:
@@ -211,6 +213,8 @@ class ScoreBody:
             # newer servers upsert on (id, timestamp); older ones ignore it and stamp the receive time
             timestamp=iso_ms(self.timestamp),
         )
+        if self.config_id is not None:
+            body["configId"] = self.config_id
         return body
 
     @classmethod
@@ -235,6 +239,7 @@ class ScoreBody:
                 metadata=dict(metadata),
                 environment=str(body.get("environment") or "default"),
                 source=str(body.get("source") or "API"),
+                config_id=body.get("configId"),
             )
         except (KeyError, TypeError, ValueError) as ex:
             raise BadScore(f"not a score body: {type(ex).__name__}: {ex}") from None

@@ -108,15 +108,19 @@ async def _run(
         f", shard {options.shard.index}/{options.shard.count}" if options.shard.count > 1 else "",
         extra={"event": "start"},
     )
-    votes = await asyncio.to_thread(sources.votes.votes, config.scores.vote, start, end)
-    result.votes_seen = len(votes)
+    read = await asyncio.to_thread(sources.votes.votes, config.scores.vote, start, end)
+    result.votes_seen = len(read.votes) + len(read.bad)
     down = [
-        v for v in votes if v.is_thumbs_down and options.shard.owns(v.trace_id or f"session:{v.session_id}")
+        v for v in read.votes if v.is_thumbs_down and options.shard.owns(v.trace_id or f"session:{v.session_id}")
     ]
-    result.thumbs_down = len(down)
-    del votes
+    # a row that cannot be read may be a thumbs-down: listed as bad input, never a crash
+    unreadable = [b for b in read.bad if b.may_be_thumbs_down and options.shard.owns(b.subject)]
+    result.thumbs_down = len(down) + len(unreadable)
+    del read
 
     ledger = Ledger(result, sources.traces)
+    for bad in unreadable:
+        ledger.unreadable(bad)
     with open_facts_file(options.facts_file) as facts_out:
         async with open_searcher(searcher if judge.needs_research else None) as (live, down_reason):
             researcher = Researcher.configured(live, config) if live is not None else None

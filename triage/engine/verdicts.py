@@ -24,6 +24,7 @@ from triage.domain.records import (
 )
 from triage.domain.rule import Undetermined, decide, explain
 from triage.domain.scores import ScoreBody, score_id, score_timestamp
+from triage.domain.verdicts import VerdictMeta
 from triage.engine.ledger import Ledger, comments
 from triage.errors import JudgeError, JudgeRejected, SearchError
 from triage.search.local import Researcher
@@ -202,15 +203,15 @@ class VerdictMaker:
     def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote]) -> list[ScoreBody]:
         names = self.config.scores
         stamp = score_timestamp(trace.start_time, min(v.timestamp for v in votes))
-        metadata = {
-            "facts": verdict.facts.model_dump(mode="json"),
-            "judge": verdict.judge,
-            "prompt_version": verdict.prompt_version,
-            "rule_version": verdict.rule_version,
-            "owners": verdict.owners,
-            "component_from": verdict.component_from,
-            "votes": [v.id for v in votes],
-        }
+        metadata = VerdictMeta(
+            facts=verdict.facts,
+            judge=verdict.judge,
+            prompt_version=verdict.prompt_version,
+            rule_version=verdict.rule_version,
+            owners=verdict.owners,
+            component_from=verdict.component_from,
+            votes=[v.id for v in votes],
+        ).to_metadata()
         return [
             ScoreBody(data_type="CATEGORICAL", 
                 id=score_id(trace.id, name, verdict.rule_version),

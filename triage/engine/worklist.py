@@ -17,6 +17,7 @@ from triage.domain.ports import ScoreReader
 from triage.domain.records import StoredScore
 from triage.domain.scores import ScoreBody, score_id
 from triage.domain.signatures import NIGHTS, Member, Night, Signature, Worklist, assign
+from triage.domain.verdicts import SignatureMeta
 
 log = logging.getLogger("triage")
 
@@ -35,27 +36,23 @@ def known_signatures(
     nights = [Night(n, end - length * (n + 1), end - length * n) for n in range(NIGHTS + 1)]
     sigs: dict[str, Signature] = {}
     for row in sorted(rows, key=lambda r: (r.timestamp, r.id)):
-        meta = row.metadata if isinstance(row.metadata, dict) else {}
-        ours = str(meta.get("rule_version")) == config.rule_version
-        if row.trace_id is None or not isinstance(row.value, str) or not ours:
+        meta = SignatureMeta.from_stored(row.metadata)
+        if row.trace_id is None or not isinstance(row.value, str) or meta.rule_version != config.rule_version:
             continue
         night = night_of(row.timestamp, end, length)
         if night > NIGHTS:
             continue
-        layer, component = str(meta.get("layer", "")), str(meta.get("component", ""))
         sig = sigs.get(row.value)
         if sig is None:
-            terms = meta.get("terms")
             sig = sigs[row.value] = Signature(
                 id=row.value,
-                layer=layer,
-                component=component,
-                terms=frozenset(str(t) for t in terms) if isinstance(terms, list) else frozenset(),
-                title=str(meta.get("title", "")),
+                layer=meta.layer,
+                component=meta.component,
+                terms=frozenset(meta.terms),
+                title=meta.title,
             )
         sig.add(night, row.trace_id, row.timestamp)
-        owners = meta.get("owners")
-        nights[night].count(layer, [str(o) for o in owners] if isinstance(owners, list) else [])
+        nights[night].count(meta.layer, meta.owners)
     return list(sigs.values()), nights
 
 
@@ -100,14 +97,14 @@ def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: Triag
                 name=name,
                 value=sig.id,
                 comment=f"{sig.layer} / {sig.component}",
-                metadata={
-                    "layer": entry.layer.value,
-                    "component": entry.component,
-                    "owners": entry.owners,
-                    "terms": sorted(sig.terms),
-                    "title": sig.title[:TITLE_CHARS],
-                    "rule_version": config.rule_version,
-                },
+                metadata=SignatureMeta(
+                    layer=entry.layer.value,
+                    component=entry.component,
+                    owners=entry.owners,
+                    terms=sorted(sig.terms),
+                    title=sig.title[:TITLE_CHARS],
+                    rule_version=config.rule_version,
+                ).to_metadata(),
                 timestamp=entry.score_time,
                 environment=entry.environment,
             )

@@ -19,7 +19,6 @@ several lines, the last line wins (a run file is appended to).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from triage import jsonl
 from triage.domain.ports import SearchMore
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
 from triage.errors import InputError, JudgeError
@@ -143,13 +143,11 @@ class ReplayJudge:
             raise InputError(f"facts file not found: {self.path}") from ex
         except (OSError, UnicodeDecodeError) as ex:
             raise InputError(f"cannot read facts file {self.path}: {ex}") from ex
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
+        for number, line in jsonl.lines(text):
             try:
-                record = json.loads(line)
+                record = jsonl.parse(line)
                 trace_id, facts = parse_line(record, partial_is_answer, collections)
-            except ValueError as ex:  # json.JSONDecodeError is a ValueError
+            except ValueError as ex:  # not JSON, too deep, or not a trace's facts
                 raise InputError(f"{self.path}:{number}: {ex}") from None
             self._facts[trace_id] = facts
             versions.add(record.get("prompt_version"))

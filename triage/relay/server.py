@@ -110,10 +110,14 @@ def quiet_gc() -> None:
     gc.set_threshold(20_000, 20, 20)
 
 
-def serve(app: RelayApp, host: str, port: int) -> None:
-    """Serve until SIGINT/SIGTERM (uvicorn shuts down gracefully), then return."""
+def serve(app: RelayApp, host: str, port: int, *, grace_seconds: float = 10.0) -> None:
+    """Serve until SIGINT/SIGTERM, then return: requests in flight get `grace_seconds` to finish
+    (a client that never finishes sending holds no one up longer)."""
     server = uvicorn.Server(
-        uvicorn.Config(app.app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
+        uvicorn.Config(
+            app.app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+            timeout_graceful_shutdown=max(1, round(grace_seconds)),
+        )  # fmt: skip
     )
     log.info("relay serving on http://%s:%d", host, port, extra={"event": "relay_start", "host": host, "port": port})
     stopped: list[int] = []

@@ -7,19 +7,22 @@ import logging
 import sqlite3
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal, Protocol
 
 import httpx
 
 from triage.domain.relay import RelayConfig
+from triage.domain.review import ensure_configs
 from triage.domain.scores import BadScore, ScoreBody
 from triage.errors import TriageError
-from triage.relay.configs import sync_score_configs
 from triage.relay.ledger import Op
 from triage.relay.problems import DeliveryFailed
-from triage.retry import RetryPolicy, retry_after
+from triage.retry import RetryPolicy
+from triage.sources.langfuse.annotations import LangfuseAnnotations
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp
-from triage.sources.langfuse.writes import delete_score, post_score_list
+from triage.sources.langfuse.scores import ScoreReads
+from triage.sources.langfuse.writes import ScoreWrites, failure
 from triage.sources.store import Store
 
 log = logging.getLogger("triage.relay")
@@ -105,15 +108,19 @@ class LangfuseSink:
     name = "langfuse"
     inline = False
 
-    def __init__(self, http: LangfuseHttp, batch_max: int = 500, model: RelayConfig | None = None) -> None:
+    def __init__(self, http: LangfuseHttp, model: RelayConfig | None = None) -> None:
         self.http = http
-        self.batch_max = batch_max
-        self.requests = 0
+        self.writes = ScoreWrites(http, ScoreReads(http), confirm_wait=0, confirm_first_wait=0)
         #: the declared model, mapped to Langfuse score configs on the worker's first chance
         self.model = model
         self.config_ids: dict[str, str] = {}
         self._configs_synced = model is None
         self._configs_tried = -1e9
+
+    @property
+    def requests(self) -> int:
+        """Requests sent to Langfuse so far (the metrics page's count)."""
+        return self.http.stats.requests
 
     def housekeeping(self) -> None:
         """Map the declared model to Langfuse score configs (once; again a minute after a failure)."""
@@ -121,34 +128,30 @@ class LangfuseSink:
             return
         self._configs_tried = time.monotonic()
         try:
-            self.config_ids = sync_score_configs(self.http, self.model, ONE_ATTEMPT)
+            specs = [spec for score in self.model.scores if (spec := score.config_spec()) is not None]
+            found = ensure_configs(LangfuseAnnotations(self.http), specs)
+            for name, problem in found.misfits.items():
+                log.warning(
+                    "Langfuse score config %r differs from the declared model (%s): its scores go without it",
+                    name,
+                    problem,
+                    extra={"event": "score_config_mismatch"},
+                )
+            self.config_ids = found.ids
             self._configs_synced = True
         except (HttpStatus, httpx.TransportError, TriageError) as ex:
             log.warning(
                 "score configs not synced (again in a minute): %s",
-                self._failed(ex),
+                failure(ex).reason,
                 extra={"event": "score_config"},
             )
 
-    def _wire(self, body: ScoreBody) -> dict[str, object]:
-        wire = body.wire()
-        config = self.config_ids.get(body.name)
-        return {**wire, "configId": config} if config else wire
-
-    def _failed(self, ex: BaseException) -> DeliveryFailed:
-        if isinstance(ex, HttpStatus):
-            wait = retry_after(ex.headers) if ex.status == 429 else None
-            retryable = ex.status in {408, 409, 429} or ex.status >= 500
-            return DeliveryFailed(f"Langfuse answered {ex.detail()}", retryable=retryable, wait=wait)
-        cause = ex if isinstance(ex, httpx.TransportError) else ex.__cause__
-        if isinstance(cause, httpx.TransportError):
-            return DeliveryFailed(f"Langfuse unreachable: {type(cause).__name__}")
-        return DeliveryFailed(f"Langfuse failed: {ex}")
-
     def deliver(self, ops: Sequence[Op]) -> dict[int, DeliveryFailed]:
+        """Puts through `ScoreWrites.write` (no read-back: the outbox retries), deletes through
+        `ScoreWrites.delete`. Raises `DeliveryFailed` when Langfuse took nothing (it is down)."""
         failed: dict[int, DeliveryFailed] = {}
         ops = coalesce(ops)
-        puts: list[Op] = []
+        puts: dict[str, Op] = {}
         for op in ops:
             if op.op != "put" or op.body is None:
                 continue
@@ -157,48 +160,22 @@ class LangfuseSink:
             except BadScore as ex:  # text no JSON encoder can send: never sendable, set aside alone
                 failed[op.seq] = DeliveryFailed(str(ex), permanent=True)
                 continue
-            puts.append(op)
-        deletes = [op for op in ops if op.op == "delete"]
-        for start in range(0, len(puts), self.batch_max):
-            chunk = puts[start : start + self.batch_max]
-            try:
-                self.requests += 1
-                rejected = post_score_list(self.http, [self._wire(op.body) for op in chunk if op.body], ONE_ATTEMPT)
-            except (HttpStatus, httpx.TransportError, TriageError) as ex:
-                problem = self._failed(ex)
-                if problem.retryable or len(chunk) == 1:
-                    if start == 0 and problem.retryable:
-                        raise problem from None  # Langfuse is down: nothing of this batch went
-                    failed.update({op.seq: problem for op in chunk})
-                    continue
-                failed.update(self._one_by_one(chunk))
-                continue
-            except Exception:  # a bug on one op must not fail its batch-mates: find it alone
-                log.exception("delivering a batch crashed; one by one", extra={"event": "delivery_crash"})
-                failed.update(self._one_by_one(chunk))
-                continue
-            if rejected:
-                # a 207's errors carry no score id: find the refused ones one by one
-                failed.update(self._one_by_one(chunk))
-        for op in deletes:
-            try:
-                self.requests += 1
-                delete_score(self.http, op.score_id, ONE_ATTEMPT)
-            except (HttpStatus, httpx.TransportError, TriageError) as ex:
-                failed[op.seq] = self._failed(ex)
-        return failed
-
-    def _one_by_one(self, chunk: Sequence[Op]) -> dict[int, DeliveryFailed]:
-        failed: dict[int, DeliveryFailed] = {}
-        for op in chunk:
-            try:
-                self.requests += 1
-                if post_score_list(self.http, [self._wire(op.body)] if op.body else [], ONE_ATTEMPT):
-                    failed[op.seq] = DeliveryFailed("Langfuse rejected the score (207)", retryable=False)
-            except (HttpStatus, httpx.TransportError, TriageError) as ex:
-                failed[op.seq] = self._failed(ex)
-            except Exception as ex:  # not a refusal, and not Langfuse's fault: a few more tries, then aside
-                failed[op.seq] = DeliveryFailed(f"{type(ex).__name__}: {ex}", retryable=False)
+            puts[op.score_id] = op
+        if puts:
+            bodies = [replace(op.body, config_id=self.config_ids.get(op.body.name)) for op in puts.values() if op.body]
+            outcome = self.writes.write(bodies, confirm=False, retry=ONE_ATTEMPT)
+            retryable = set(outcome.retryable)
+            if not outcome.confirmed and set(outcome.failed) == retryable:
+                first = next(iter(outcome.failed.values()))
+                raise DeliveryFailed(first, wait=outcome.wait)  # Langfuse is down: nothing of this batch went
+            for score_id, reason in outcome.failed.items():
+                failed[puts[score_id].seq] = DeliveryFailed(
+                    reason, retryable=score_id in retryable, wait=outcome.wait if score_id in retryable else None
+                )
+        deletes = {op.score_id: op for op in ops if op.op == "delete"}
+        for score_id, problem in self.writes.delete(list(deletes), retry=ONE_ATTEMPT).items():
+            seq = deletes[score_id].seq
+            failed[seq] = DeliveryFailed(problem.reason, retryable=problem.retryable, wait=problem.wait)
         return failed
 
     def reachable(self) -> bool:

@@ -152,10 +152,10 @@ class Worker:
         """Stop the thread; first try for a while to deliver what is due (SIGTERM)."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=drain_seconds + 35)
         deadline = self.clock.monotonic() + drain_seconds
-        while self.clock.monotonic() < deadline:
+        if self._thread is not None:
+            self._thread.join(timeout=drain_seconds)  # a delivery in flight ends within its time-out
+        while self.clock.monotonic() < deadline and not (self._thread and self._thread.is_alive()):
             try:
                 if not self.run_once():
                     break

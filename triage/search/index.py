@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triage import jsonl
 from triage.domain.config import IndexFolder
 from triage.domain.records import Passage
 from triage.errors import ConfigError
@@ -101,11 +102,13 @@ def _urls_from_index_file(folder: Path) -> dict[str, str]:
     if not index_file.exists():
         return {}
     urls: dict[str, str] = {}
-    for line in index_file.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            if row.get("path") and row.get("url"):
-                urls[row["path"]] = row["url"]
+    for number, line in jsonl.lines(index_file.read_text(encoding="utf-8")):
+        try:
+            row = jsonl.parse(line)
+        except ValueError as ex:
+            raise ConfigError(f"{index_file}, line {number}: not JSON: {str(ex)[:200]}") from None
+        if isinstance(row, dict) and row.get("path") and row.get("url"):
+            urls[row["path"]] = row["url"]
     return urls
 
 

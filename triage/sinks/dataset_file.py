@@ -9,7 +9,6 @@ leaves it byte for byte as it was.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from triage import jsonl
 from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
 from triage.errors import InputError
 
@@ -32,7 +32,7 @@ def _line(item: DatasetItem) -> str:
         "sourceObservationId": item.source_observation_id,
         "status": item.status,
     }
-    return json.dumps(record, ensure_ascii=False, sort_keys=True)
+    return jsonl.dumps(record, sort_keys=True)
 
 
 class DatasetFile:
@@ -49,11 +49,9 @@ class DatasetFile:
         except (OSError, UnicodeDecodeError) as ex:
             raise InputError(f"cannot read {self.path}: {ex}") from ex
         items = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
+        for number, line in jsonl.lines(text):
             try:
-                raw: Any = json.loads(line)
+                raw: Any = jsonl.parse(line)
                 items.append(
                     DatasetItem(
                         id=raw["id"],

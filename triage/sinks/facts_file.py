@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from triage import jsonl
 from triage.domain.records import Facts
 from triage.errors import ConfigError
 
@@ -36,4 +36,4 @@ def write_facts_line(
         record["judge"] = judge
     if prompt_version is not None:
         record["prompt_version"] = prompt_version
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return jsonl.dumps(record, separators=(",", ":"))

@@ -64,6 +64,10 @@ def votes_json(listing: ConversationList) -> str:
         "conversations": [
             {**c.model_dump(mode="json", exclude={"first_trace"}), "votes": c.votes} for c in listing.conversations
         ],
+        "bad_votes": [
+            {"id": b.id, "reason": b.reason, "trace_id": b.trace_id, "session_id": b.session_id}
+            for b in listing.bad_votes
+        ],
     }
     return json.dumps(record, indent=2, ensure_ascii=False) + "\n"
 
@@ -77,7 +81,7 @@ def votes_table(listing: ConversationList) -> str:
         "",
     ]
     if not listing.conversations:
-        return "\n".join(lines)
+        return "\n".join(lines) + _bad_votes(listing)
     lines += [
         "| conversation | kind | traces | up | down | notes | last vote | newest note | link |",
         "|---|---|---:|---:|---:|---:|---|---|---|",
@@ -89,4 +93,13 @@ def votes_table(listing: ConversationList) -> str:
             f"| {md(c.id, 80)} | {c.kind} | {c.traces} | {c.up} | {c.down} | {c.notes} "
             f"| {_stamp(c.last_vote or c.started)} | {note} | {link} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _bad_votes(listing)
+
+
+def _bad_votes(listing: ConversationList) -> str:
+    """The rows of the vote score that cannot be read, with their reasons, as a section to append
+    (after a blank line); nothing when there are none."""
+    if not listing.bad_votes:
+        return ""
+    items = [f"- vote {md(bad.id or '(no id)', 80)}: {md(bad.reason, 200)}" for bad in listing.bad_votes]
+    return "\n".join(["", f"## Votes not read ({len(listing.bad_votes)})", "", *items]) + "\n"

@@ -18,11 +18,13 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from triage import jsonl
 from triage.domain.conversations import TraceRef
 from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, StoredScore, UnreadableTrace, Vote, WriteOutcome
 from triage.domain.scores import PersonMeta, ScoreBody, score_id
+from triage.domain.votes import BadVote, WindowVotes, in_window, read_vote, stored_time
 from triage.errors import ConfigError, InputError
 
 SCHEMA = """
@@ -39,6 +41,8 @@ CREATE TABLE IF NOT EXISTS scores (
     timestamp TEXT NOT NULL, source TEXT, environment TEXT, createdAt TEXT, updatedAt TEXT
 );
 CREATE INDEX IF NOT EXISTS scores_name_time ON scores (name, timestamp);
+-- a vote changed keeps its first timestamp: the window also selects on its change time
+CREATE INDEX IF NOT EXISTS scores_name_updated ON scores (name, updatedAt);
 CREATE TABLE IF NOT EXISTS datasets (
     name TEXT PRIMARY KEY, description TEXT, metadata TEXT, createdAt TEXT NOT NULL
 );
@@ -85,12 +89,16 @@ def _as_raw(value: Any) -> str | None:
 
 def vote_span(traces_file: Path) -> tuple[datetime, datetime]:
     """The oldest and the newest vote time of an import file."""
-    stamps = [
-        _parse_time(score.get("timestamp"), str(traces_file))
-        for line in traces_file.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-        for score in json.loads(line).get("scores") or []
-    ]
+    stamps = []
+    for number, line in jsonl.lines(traces_file.read_text(encoding="utf-8")):
+        where = f"{traces_file}, line {number}"
+        try:
+            row = jsonl.parse(line)
+        except ValueError as ex:
+            raise InputError(f"{where}: not JSON: {ex}") from None
+        scores = row.get("scores") if isinstance(row, dict) else None
+        for score in scores if isinstance(scores, list) else []:
+            stamps.append(_parse_time(score.get("timestamp") if isinstance(score, dict) else None, where))
     if not stamps:
         raise InputError(f"{traces_file} holds no votes")
     return min(stamps), max(stamps)
@@ -300,31 +308,55 @@ class Store:
 
     # -- the ports: VoteSource, TraceSource, ScoreSink ----------------------------------------
 
-    def votes(self, score_name: str, start: datetime, end: datetime) -> list[Vote]:
+    def votes(self, score_name: str, start: datetime, end: datetime) -> WindowVotes:
+        """The votes cast or changed in [start, end) (`in_window`), and the rows that cannot be
+        read, each with its reason (a bad row never fails the read)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT * FROM scores WHERE name = ? AND timestamp >= ? AND timestamp < ? ORDER BY timestamp DESC",
-                (score_name, iso(start), iso(end)),
+                "SELECT * FROM scores WHERE name = ? AND ((timestamp >= ? AND timestamp < ?) "
+                "OR (updatedAt >= ? AND updatedAt < ?)) ORDER BY timestamp DESC",
+                (score_name, iso(start), iso(end), iso(start), iso(end)),
             ).fetchall()
-        votes = []
+        read = WindowVotes(votes=[])
         for row in rows:
+            vote = self._vote(row, start, end)
+            if isinstance(vote, Vote):
+                read.votes.append(vote)
+            elif vote is not None:
+                read.bad.append(vote)
+        return read
+
+    @staticmethod
+    def _vote(row: sqlite3.Row, start: datetime, end: datetime) -> Vote | BadVote | None:
+        """One stored row as a vote; None when it is outside the window after all (SQL compared
+        the times as text)."""
+        ident, trace, session = (row[k] if isinstance(row[k], str) else None for k in ("id", "traceId", "sessionId"))
+        try:
+            stamp = stored_time(row["timestamp"], "its timestamp")
+            updated = stored_time(row["updatedAt"], "its updatedAt") if row["updatedAt"] is not None else None
+        except ValueError as ex:
+            return BadVote(id=ident, reason=str(ex), trace_id=trace, session_id=None if trace else session)
+        if not in_window(stamp, updated, start, end):
+            return None
+        try:
             meta = json.loads(row["metadata"]) if row["metadata"] else {}
-            turn = meta.get("turn") if isinstance(meta, dict) else None
-            votes.append(
-                Vote(
-                    id=row["id"],
-                    trace_id=row["traceId"],
-                    session_id=None if row["traceId"] else row["sessionId"],
-                    turn=int(turn) if isinstance(turn, (int, str)) and str(turn).isdigit() else None,
-                    value=float(row["value"]) if row["value"] is not None else -1.0,
-                    comment=row["comment"],
-                    user_id=row["userId"],
-                    timestamp=_parse_time(row["timestamp"], "store"),
-                    updated_at=_parse_time(row["updatedAt"], "store") if row["updatedAt"] else None,
-                    environment=row["environment"] or "default",
-                )
-            )
-        return votes
+        except (TypeError, ValueError, RecursionError):
+            if not trace:  # a session vote's turn is in its metadata
+                return BadVote(id=ident, reason="its metadata is not JSON, so its turn cannot be read",
+                               session_id=session)  # fmt: skip
+            meta = {}
+        return read_vote(
+            vote_id=row["id"],
+            value=-1.0 if row["value"] is None else row["value"],  # no number: a text score, no vote
+            timestamp=stamp,
+            updated_at=updated,
+            trace_id=row["traceId"],
+            session_id=row["sessionId"],
+            turn=meta.get("turn") if isinstance(meta, dict) else None,
+            comment=row["comment"],
+            user_id=row["userId"],
+            environment=row["environment"],
+        )
 
     def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {s: [] for s in session_ids}

@@ -42,8 +42,9 @@ from triage.domain.datasets import (
     regression_item_id,
 )
 from triage.domain.ports import ScoreReader, TraceSource
-from triage.domain.records import Facts, Layer, StoredScore, Trace, UnreadableTrace, is_the_jobs
+from triage.domain.records import Facts, Layer, StoredScore, Trace, UnreadableTrace
 from triage.domain.scores import is_end_user, normalise_author
+from triage.domain.verdicts import JobScoreNames, JobScores, current_scores
 from triage.errors import InputError
 from triage.reading.trace import parse_raw, read_trace
 
@@ -118,19 +119,8 @@ class _Review:
     newest: datetime | None = None
 
 
-@dataclass
-class _Triage:
-    layer: StoredScore | None = None
-    component: StoredScore | None = None
-    signature: StoredScore | None = None
-
-
 def _text(value: Any) -> str | None:
     return value.strip() if isinstance(value, str) and value.strip() else None
-
-
-def _meta(score: StoredScore | None) -> dict[str, Any]:
-    return score.metadata if score is not None and isinstance(score.metadata, dict) else {}
 
 
 def _cut(text: str, limit: int) -> str:
@@ -139,25 +129,14 @@ def _cut(text: str, limit: int) -> str:
 
 def _gather(
     scores: Sequence[StoredScore], config: TriageConfig, names: ReviewNames
-) -> tuple[dict[str, _Triage], dict[str, list[_Review]]]:
+) -> tuple[dict[str, JobScores], dict[str, list[_Review]]]:
     """Per trace: the job's layer and component scores; every reviewer's latest review scores."""
-    triage: dict[str, _Triage] = defaultdict(_Triage)
-    reviews: dict[tuple[str, str], _Review] = {}
-
-    def rank(score: StoredScore) -> tuple[bool, datetime, str]:
-        return (str(_meta(score).get("rule_version")) == config.rule_version, score.timestamp, score.id)
-
     names_ = config.scores
-    slots = {names_.layer: "layer", names_.component: "component", names_.signature: "signature"}
+    jobs = JobScoreNames(layer=names_.layer, component=names_.component, signature=names_.signature)
+    triage = current_scores(scores, jobs, config.rule_version)
+    reviews: dict[tuple[str, str], _Review] = {}
     for score in sorted(scores, key=lambda s: (s.timestamp, s.id)):
-        if score.trace_id is None:
-            continue
-        if score.name in slots and is_the_jobs(score):
-            held = triage[score.trace_id]
-            slot = slots[score.name]
-            current = getattr(held, slot)
-            if current is None or rank(score) > rank(current):
-                setattr(held, slot, score)
+        if score.trace_id is None or score.name in (names_.layer, names_.component, names_.signature):
             continue
         review_field = {
             names.verdict: "verdict",
@@ -193,21 +172,6 @@ def _approving(reviews: Sequence[_Review]) -> _Review | None:
     if "negative" in verdicts:
         return None
     return next((r for r in reviews if r.verdict in ("positive", "false_alarm")), None)
-
-
-def _facts(score: StoredScore | None) -> Facts | None:
-    raw = _meta(score).get("facts")
-    if not isinstance(raw, dict):
-        return None
-    try:
-        return Facts.model_validate(raw)
-    except ValueError:
-        return None
-
-
-def _layer(score: StoredScore | None) -> Layer | None:
-    value = score.value if score is not None else None
-    return Layer(value) if isinstance(value, str) and value in {layer.value for layer in Layer} else None
 
 
 def _signature(score: StoredScore | None) -> str | None:
@@ -274,11 +238,10 @@ def layer_expectation(layer: Layer, facts: Facts | None, trace: Trace, config: T
     return out
 
 
-def _selected(trace_id: str, triage: _Triage | None, options: PromoteOptions) -> bool:
+def _selected(trace_id: str, triage: JobScores | None, options: PromoteOptions) -> bool:
     if trace_id in options.traces:
         return True
-    layer_score = triage.layer if triage else None
-    layer = _layer(layer_score)
+    layer = triage.layer_value if triage else None
     if layer is not None and layer.value in options.layers:
         return True
     signature = _signature(triage.signature if triage else None)
@@ -322,8 +285,8 @@ def promote_from(
     items: dict[str, DatasetItem] = {}
     cases: dict[str, PromotedCase] = {}
     for trace_id in ordered:
-        held = triage.get(trace_id, _Triage())
-        layer = _layer(held.layer)
+        held = triage.get(trace_id, JobScores())
+        layer = held.layer_value
         case = PromotedCase(
             trace_id=trace_id,
             item_id=regression_item_id(options.dataset, trace_id),
@@ -345,7 +308,7 @@ def promote_from(
         group = reviews.get(trace_id, [])
         review = _corrective(group)
         approving = None if review else _approving(group)
-        facts = _facts(held.layer)
+        facts = held.verdict.facts
         if review is not None:
             case.expected_from = "correction" if review.correction else "expected_tool_behavior"
             expectation = (
@@ -377,17 +340,15 @@ def promote_from(
                 else f"the triaged layer is undecided ({held.layer.value!r})"
             ) + " and no reviewer's correction: nothing to expect yet"
             continue
-        layer_meta = _meta(held.layer)
-        owners = layer_meta.get("owners")
-        component = held.component.value if held.component and isinstance(held.component.value, str) else None
+        verdict = held.verdict
         metadata = {
             "layer": case.layer,
-            "component": component,
-            "owners": [str(o) for o in owners] if isinstance(owners, list) else [],
+            "component": held.component_value,
+            "owners": verdict.owners,
             "signature": case.signature,
             "reason": held.layer.comment if held.layer else None,
-            "judge": layer_meta.get("judge"),
-            "rule_version": layer_meta.get("rule_version"),
+            "judge": verdict.judge,
+            "rule_version": verdict.rule_version,
             "expected_from": case.expected_from,
             "reviewer": review.reviewer if review else None,
             "verdict": review.verdict if review else None,

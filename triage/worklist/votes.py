@@ -7,12 +7,15 @@ is placed by reading that trace's observations (its root's session).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from triage.domain.conversations import FILTERS, ConversationList, TraceRef, group_conversations
 from triage.domain.ports import TraceSource, VoteSource
 from triage.errors import UsageError
+
+log = logging.getLogger("triage")
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,10 @@ def list_conversations(
         raise UsageError(f"unknown filter {options.filter!r}: one of {', '.join(FILTERS)}")
     end = now or datetime.now(UTC)
     start = end - timedelta(hours=options.since_hours)
-    votes = votes_source.votes(vote_score, start, end)
+    read = votes_source.votes(vote_score, start, end)
+    votes = read.votes
+    for bad in read.bad:
+        log.warning("vote %s cannot be read: %s", bad.id or "(no id)", bad.reason, extra={"event": "bad_vote"})
     refs = {ref.trace_id: ref for ref in traces.root_traces(start, end)}
     outside = sorted({v.trace_id for v in votes if v.trace_id and v.trace_id not in refs})
     if outside:
@@ -54,4 +60,6 @@ def list_conversations(
     for conversation in kept:
         if conversation.first_trace:
             conversation.url = traces.trace_url(conversation.first_trace)
-    return ConversationList(start=start, end=end, filter=options.filter, total=len(rows), conversations=kept)
+    return ConversationList(
+        start=start, end=end, filter=options.filter, total=len(rows), conversations=kept, bad_votes=read.bad
+    )

@@ -63,6 +63,8 @@ class ScoreConfigRow(_Wire):
     is_archived: bool = pydantic.Field(default=False, alias="isArchived")
     categories: list[WireCategory] | None = None
     description: str | None = None
+    min_value: float | None = pydantic.Field(default=None, alias="minValue")
+    max_value: float | None = pydantic.Field(default=None, alias="maxValue")
 
 
 class QueueRow(_Wire):
@@ -113,6 +115,8 @@ def _config(row: ScoreConfigRow) -> ScoreConfig:
         is_archived=row.is_archived,
         categories=categories,
         description=row.description,
+        min_value=row.min_value,
+        max_value=row.max_value,
     )
 
 
@@ -129,6 +133,8 @@ def config_body(spec: ScoreConfigSpec) -> dict[str, Any]:
     body: dict[str, Any] = {"name": spec.name, "dataType": spec.data_type}
     if spec.data_type == "CATEGORICAL":
         body["categories"] = [{"label": c.label, "value": c.value} for c in spec.categories or []]
+    if spec.data_type == "NUMERIC":
+        body.update(minValue=spec.min_value, maxValue=spec.max_value)
     if spec.description:
         body["description"] = spec.description
     return body

@@ -11,7 +11,7 @@ itself is not imported: see `http`. The parts: `http` (plumbing, retries), `scor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -19,17 +19,18 @@ import httpx
 from triage.domain.conversations import TraceRef
 from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
 from triage.domain.ports import SourceStats
-from triage.domain.records import Observation, StoredScore, UnreadableTrace, Vote, WriteOutcome
+from triage.domain.records import Observation, StoredScore, UnreadableTrace, WriteOutcome
 from triage.domain.scores import ScoreBody
+from triage.domain.votes import WindowVotes
 from triage.errors import ConfigError
 from triage.retry import Budget, Clock, RetryPolicy
 from triage.sources.langfuse.annotations import LangfuseAnnotations
 from triage.sources.langfuse.datasets import DatasetWrites
 from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
 from triage.sources.langfuse.links import LINKS_RETRY, TraceLinks
-from triage.sources.langfuse.scores import ScoreReads
+from triage.sources.langfuse.scores import VOTE_LOOKBACK, ScoreReads
 from triage.sources.langfuse.traces import TraceReads
-from triage.sources.langfuse.writes import ScoreBodys
+from triage.sources.langfuse.writes import ScoreWrites
 
 
 class LangfuseBackend:
@@ -54,7 +55,10 @@ class LangfuseBackend:
         confirm_first_wait: float = 1.0,
         clock: Clock | None = None,
         budget: Budget | None = None,
+        vote_lookback: timedelta = VOTE_LOOKBACK,
     ) -> None:
+        """`vote_lookback`: how far before a window a vote read reaches for votes changed in it
+        (they keep their first timestamp; `ScoreReads.votes`)."""
         if not public_key or not secret_key:
             raise ConfigError("Langfuse needs LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY")
         self.stats = SourceStats()
@@ -71,9 +75,9 @@ class LangfuseBackend:
             httpx_client=httpx_client,
         )
         self.base_url = self._http.base_url
-        self._scores = ScoreReads(self._http)
+        self._scores = ScoreReads(self._http, vote_lookback)
         self._traces = TraceReads(self._http)
-        self._writes = ScoreBodys(
+        self._writes = ScoreWrites(
             self._http,
             self._scores,
             confirm_wait=confirm_wait_seconds,
@@ -110,7 +114,7 @@ class LangfuseBackend:
 
     # -- VoteSource -----------------------------------------------------------------------------
 
-    def votes(self, score_name: str, start: datetime, end: datetime) -> list[Vote]:
+    def votes(self, score_name: str, start: datetime, end: datetime) -> WindowVotes:
         return self._scores.votes(score_name, start, end)
 
     # -- TraceSource ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pydantic
 
 from triage.domain.records import Observation, StoredScore, Vote
 from triage.domain.scores import ScoreBody
+from triage.domain.votes import BadVote, read_vote
 
 T = TypeVar("T")
 
@@ -49,7 +50,10 @@ class ScoresMeta(pydantic.BaseModel):
 
 
 class ScoresPage(pydantic.BaseModel):
-    data: list[ScoreRow]
+    """A v3 scores page; its rows stay raw, each is read on its own (`ScoreReads.rows`), so one
+    row that breaks the contract can be set aside alone (a vote read lists it and goes on)."""
+
+    data: list[Any]
     meta: ScoresMeta
 
 
@@ -151,39 +155,46 @@ def vote_value(row: ScoreRow) -> float | None:
     return None  # a categorical or text score is not a vote
 
 
-def to_vote(row: ScoreRow) -> Vote | None:
-    value = vote_value(row)
-    if value is None:
+def to_vote(row: ScoreRow) -> Vote | BadVote | None:
+    """A score row as a vote; a `BadVote` when one of its fields cannot be read (`read_vote`);
+    None when it is no vote (a categorical or text score, an experiment's)."""
+    if row.data_type not in {"BOOLEAN", "NUMERIC"}:
         return None
     metadata = row.metadata if isinstance(row.metadata, dict) else {}
     subject = row.subject or {}
     kind = subject.get("kind")
-    trace_id = session_id = None
-    turn: int | None = None
+    trace_id = session_id = turn = None
     if kind == "trace":
         trace_id = subject.get("id")
     elif kind == "observation":
         trace_id = subject.get("traceId")
     elif kind == "session":
         session_id = subject.get("id")
-        raw_turn = metadata.get("turn")
-        if isinstance(raw_turn, int | str) and not isinstance(raw_turn, bool) and str(raw_turn).isdigit():
-            turn = int(raw_turn)
+        turn = metadata.get("turn")
     elif kind is not None:
         return None  # an experiment score is not a user's vote
     user = metadata.get("userId") or metadata.get("user_id") or row.author_user_id
-    return Vote(
-        id=row.id,
+    return read_vote(
+        vote_id=row.id,
+        value=row.value,
+        timestamp=as_utc(row.timestamp),
+        updated_at=as_utc(row.updated_at),
         trace_id=trace_id,
         session_id=session_id,
         turn=turn,
-        value=value,
         comment=row.comment,
-        user_id=str(user) if user is not None else None,
-        timestamp=as_utc(row.timestamp),
-        updated_at=as_utc(row.updated_at),
-        environment=row.environment or "default",
+        user_id=user,
+        environment=row.environment,
     )
+
+
+def unreadable_vote(raw: object, error: pydantic.ValidationError) -> BadVote:
+    """A vote-score row that breaks the API contract (a missing id, a timestamp that is no time), set aside."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the row"
+    fields = raw if isinstance(raw, dict) else {}
+    ident = fields.get("id")
+    return BadVote(id=ident if isinstance(ident, str) and ident else None, reason=f"{where}: {first['msg']}")
 
 
 def v2_observation(raw: dict[str, Any]) -> Observation:

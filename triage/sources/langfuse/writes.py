@@ -9,19 +9,47 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
 
 from triage.domain.records import WriteOutcome
 from triage.domain.scores import ScoreBody
 from triage.errors import LangfuseError
-from triage.retry import Clock, RetryPolicy, current_clock
+from triage.retry import Clock, RetryPolicy, current_clock, retry_after
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp
 from triage.sources.langfuse.scores import ScoreReads
-from triage.sources.langfuse.wire import BatchAnswer, BatchResults, post_chunks
+from triage.sources.langfuse.wire import BatchAccepted, BatchAnswer, BatchResults, post_chunks
 
 log = logging.getLogger("triage.sources.langfuse")
 
 
-class ScoreBodys:
+@dataclass(frozen=True)
+class Failure:
+    """Why one write did not land: `retryable` when Langfuse was down, slow or rate-limiting (the
+    same write may pass later; `wait`: its Retry-After), else a refusal of this score."""
+
+    reason: str
+    retryable: bool = True
+    wait: float | None = None
+
+
+def failure(ex: BaseException) -> Failure:
+    """A failed request, classified: a 408, 409, 429 or 5xx and a lost connection are passing."""
+    if isinstance(ex, HttpStatus):
+        wait = retry_after(ex.headers) if ex.status == 429 else None
+        retryable = ex.status in {408, 409, 429} or ex.status >= 500
+        return Failure(f"Langfuse answered {ex.detail()}", retryable=retryable, wait=wait)
+    cause = ex if isinstance(ex, httpx.TransportError) else ex.__cause__
+    if isinstance(cause, httpx.TransportError):
+        return Failure(f"Langfuse unreachable: {type(cause).__name__}")
+    return Failure(f"Langfuse failed: {ex}")
+
+
+class ScoreWrites:
+    """The one way scores reach Langfuse, for the job (confirmed by reading back, with retries)
+    and the relay (one attempt, no read-back: its outbox retries)."""
+
     def __init__(
         self,
         http: LangfuseHttp,
@@ -38,46 +66,76 @@ class ScoreBodys:
         self.clock = clock
         self.list_contract: bool | None = None  # False: POST /scores takes one object only
 
-    def write(self, scores: Sequence[ScoreBody]) -> WriteOutcome:
+    def write(
+        self, scores: Sequence[ScoreBody], *, confirm: bool = True, retry: RetryPolicy | None = None
+    ) -> WriteOutcome:
+        """Write `scores`; each ends confirmed or failed with its reason. With `confirm`, a score
+        counts as written once a read by id shows its value; without, once Langfuse accepted it
+        (a 207's refused scores are then found one by one: its errors carry no id)."""
         unique = list({s.id: s for s in scores}.values())
-        failed: dict[str, str] = {}
+        failures: dict[str, Failure] = {}
         notes: dict[str, str] = {}  # ids whose write was answered with a warning (207)
         sent: list[ScoreBody] = []
         for chunk in post_chunks(unique):
             if self.list_contract is not False:
-                outcome = self._post_list(chunk)
-                if outcome is None:  # the server speaks only the older contract
+                answer = self._post_list(chunk, retry)
+                if answer is None:  # the server speaks only the older contract
                     self.list_contract = False
                 else:
                     self.list_contract = True
-                    error, warning = outcome
-                    for score in chunk:
-                        if error:
-                            failed[score.id] = error
-                        else:
-                            sent.append(score)
-                            if warning:
-                                notes[score.id] = warning
+                    problem, warning = answer
+                    if problem is not None and (confirm or problem.retryable or len(chunk) == 1):
+                        failures.update({score.id: problem for score in chunk})
+                    elif problem is None and (confirm or warning is None):
+                        sent += chunk
+                        notes.update({score.id: warning for score in chunk if warning})
+                    else:  # a refused batch, or a 207 with no read-back to tell: one by one
+                        self._one_by_one(chunk, retry, sent, failures)
                     continue
-            for score in chunk:
-                error = self._post_one(score)
-                if error:
-                    failed[score.id] = error
-                else:
-                    sent.append(score)
-        confirmed, unconfirmed = self._confirm(sent)
-        for sid, reason in unconfirmed.items():
-            failed[sid] = f"{reason}; {notes[sid]}" if sid in notes else reason
-        return WriteOutcome(confirmed=confirmed, failed=failed)
+            self._one_by_one(chunk, retry, sent, failures)
+        if confirm:
+            confirmed, unconfirmed = self._confirm(sent)
+            for sid, reason in unconfirmed.items():
+                failures[sid] = Failure(f"{reason}; {notes[sid]}" if sid in notes else reason, retryable=False)
+        else:
+            confirmed = [s.id for s in sent]
+        waits = [f.wait for f in failures.values() if f.wait is not None]
+        return WriteOutcome(
+            confirmed=confirmed,
+            failed={sid: f.reason for sid, f in failures.items()},
+            retryable=[sid for sid, f in failures.items() if f.retryable],
+            wait=max(waits) if waits else None,
+        )
 
-    def _post_list(self, chunk: list[ScoreBody]) -> tuple[str | None, str | None] | None:
-        """POST a list. (error, warning) per chunk; None when the server wants one object per POST."""
+    def delete(self, ids: Sequence[str], *, retry: RetryPolicy | None = None) -> dict[str, Failure]:
+        """Delete scores by id (every row of each); the ones that failed. An id Langfuse does not
+        have is deleted already."""
+        failed: dict[str, Failure] = {}
+        for score_id in ids:
+
+            def send(path: str = f"api/public/scores/{score_id}") -> object:
+                return self.http.raw("DELETE", path)
+
+            try:
+                self.http.call(f"deleting score {score_id}", send, retry=retry)
+            except HttpStatus as ex:
+                if ex.status != 404:
+                    failed[score_id] = failure(ex)
+            except (LangfuseError, httpx.TransportError) as ex:
+                failed[score_id] = failure(ex)
+        return failed
+
+    def _post_list(
+        self, chunk: list[ScoreBody], retry: RetryPolicy | None
+    ) -> tuple[Failure | None, str | None] | None:
+        """POST a list. (failure, warning) per chunk; None when the server wants one object per POST."""
         what = f"writing {len(chunk)} scores"
         body = [s.wire() for s in chunk]
         try:
             response = self.http.call(
                 what,
                 lambda: BatchAnswer.validate_python(self.http.raw("POST", "api/public/scores", json_body=body)),
+                retry=retry,
             )
         except HttpStatus as ex:
             if ex.status in {400, 422} and self.list_contract is None:
@@ -85,24 +143,43 @@ class ScoreBodys:
                     "POST /api/public/scores refused a list (%s): writing one score per request", ex.status
                 )
                 return None
-            return f"write refused: {ex.detail()}", None
-        except LangfuseError as ex:
-            return f"write failed: {ex}", None
+            return failure(ex), None
+        except (LangfuseError, httpx.TransportError) as ex:
+            return failure(ex), None
         if isinstance(response, BatchResults) and response.rejected:
             # 207: the errors carry no score id, so the read-back decides which ones landed
             messages = "; ".join(e.message for e in response.errors[:3])
             return None, f"the server rejected {response.rejected} of {len(chunk)} scores in the batch: {messages}"
         return None, None
 
-    def _post_one(self, score: ScoreBody) -> str | None:
-        """POST one object (the older contract); an error message, or None."""
+    def _one_by_one(
+        self, chunk: Sequence[ScoreBody], retry: RetryPolicy | None, sent: list[ScoreBody], failures: dict[str, Failure]
+    ) -> None:
+        for score in chunk:
+            problem = self._post_one(score, retry)
+            if problem is None:
+                sent.append(score)
+            else:
+                failures[score.id] = problem
+
+    def _post_one(self, score: ScoreBody, retry: RetryPolicy | None) -> Failure | None:
+        """POST one score (a list of one, or one object on the older contract); its failure, or None."""
         what = f"writing score {score.id}"
+        listed = bool(self.list_contract)
+
+        def send() -> BatchResults | BatchAccepted | None:
+            answer = self.http.raw("POST", "api/public/scores", json_body=[score.wire()] if listed else score.wire())
+            return BatchAnswer.validate_python(answer) if listed else None
+
         try:
-            self.http.call(what, lambda: self.http.raw("POST", "api/public/scores", json_body=score.wire()))
+            answer = self.http.call(what, send, retry=retry)
         except HttpStatus as ex:
-            return f"write refused: {ex.detail()}"
-        except LangfuseError as ex:
-            return f"write failed: {ex}"
+            return failure(ex)
+        except (LangfuseError, httpx.TransportError) as ex:
+            return failure(ex)
+        if isinstance(answer, BatchResults) and answer.rejected:
+            reasons = "; ".join(e.message for e in answer.errors[:3])
+            return Failure(f"Langfuse rejected the score (207): {reasons}"[:300], retryable=False)
         return None
 
     def _confirm(self, sent: Sequence[ScoreBody]) -> tuple[list[str], dict[str, str]]:
@@ -150,28 +227,3 @@ class ScoreBodys:
                 )
         order = {s.id: i for i, s in enumerate(sent)}
         return sorted(confirmed, key=order.__getitem__), unconfirmed
-
-
-# -- the relay's writes (`triage relay`): raw bodies, one attempt each; the relay's outbox retries
-
-
-def post_score_list(http: LangfuseHttp, bodies: Sequence[dict[str, object]], retry: RetryPolicy) -> int:
-    """POST scores (Langfuse's POST shape, any data type) as one list; how many the server rejected
-    (a 207). Raises `HttpStatus` for a refused request, `LangfuseError` when it failed."""
-    what = f"relaying {len(bodies)} scores"
-    body = http.call(what, lambda: http.raw("POST", "api/public/scores", json_body=list(bodies)), retry=retry)
-    rejected = body.get("rejected", 0) if isinstance(body, dict) else 0
-    return int(rejected) if isinstance(rejected, int) else 0
-
-
-def delete_score(http: LangfuseHttp, score_id: str, retry: RetryPolicy) -> bool:
-    """DELETE one score; False when Langfuse has no such score (nothing to delete)."""
-    try:
-        http.call(
-            f"deleting score {score_id}", lambda: http.raw("DELETE", f"api/public/scores/{score_id}"), retry=retry
-        )
-    except HttpStatus as ex:
-        if ex.status == 404:
-            return False
-        raise
-    return True
