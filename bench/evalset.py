@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.doubles.perfect_model import PerfectModel
     from triage.domain.calibration import EvalReport
     from triage.sinks.calibration import render_eval
-    from triage.sources.store import vote_shift
+    from triage.sources.export_file import vote_shift
 
     cases = verify.load_cases()
     corpus = verify.Corpus.load(corpus_root)

@@ -41,7 +41,8 @@ async def _load(set_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], di
     from triage.reading.trace import read_trace
     from triage.search.index import Index
     from triage.search.local import LocalSearcher, Researcher
-    from triage.sources.store import Store, vote_shift
+    from triage.sources.export_file import vote_shift
+    from triage.sources.store import Store
 
     config = load_config(set_dir / "triage.toml")
     labels = [

@@ -53,8 +53,9 @@ from triage.judges.replay import ReplayJudge
 from triage.search.index import Index
 from triage.sinks.dataset_file import DatasetFile
 from triage.sinks.facts_file import write_facts_line
+from triage.sources.export_file import vote_span
 from triage.sources.langfuse.backend import LangfuseBackend
-from triage.sources.store import Store, vote_span
+from triage.sources.store import Store
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 MONDAY = NOW - timedelta(days=3)  # a vote's first write, two nights before tonight's window
@@ -142,6 +143,16 @@ def test_a_vote_changed_or_cast_again_is_triaged_the_night_it_changed_from_the_e
         store.put_scores([vote_body("t-again", 0, MONDAY + timedelta(minutes=1))])
     env = store_env(path)
 
+    assert_the_changed_votes_are_tonights(env, tmp_path)
+    with sqlite3.connect(path) as db:  # overwritten in place: one row per vote
+        rows = db.execute(
+            "SELECT id, timestamp FROM scores WHERE name = 'user_feedback' ORDER BY id"
+        ).fetchall()
+    assert [r[0] for r in rows] == ["vote-t-again", "vote-t-flip", "vote-t-new", "vote-t-old"]
+
+
+def assert_the_changed_votes_are_tonights(env: dict[str, str], tmp_path: Path) -> None:
+    """`triage feedback` triages, and `triage votes` counts, the flipped, the re-cast and the new vote."""
     result, summary = feedback(env, tmp_path)
     assert result.exit_code == 0, result.output
     assert triaged_traces(result) == {"t-flip", "t-again", "t-new"}
@@ -149,11 +160,6 @@ def test_a_vote_changed_or_cast_again_is_triaged_the_night_it_changed_from_the_e
     listed, listing = votes_view(env)
     assert listed.exit_code == 0, listed.output
     assert down_counts(listing) == {"t-flip": 1, "t-again": 1, "t-new": 1}
-    with sqlite3.connect(path) as db:  # overwritten in place: one row per vote
-        rows = db.execute(
-            "SELECT id, timestamp FROM scores WHERE name = 'user_feedback' ORDER BY id"
-        ).fetchall()
-    assert [r[0] for r in rows] == ["vote-t-again", "vote-t-flip", "vote-t-new", "vote-t-old"]
 
 
 @pytest.mark.slow
@@ -176,13 +182,7 @@ def test_a_vote_changed_or_cast_again_is_triaged_the_night_it_changed_from_langf
         assert posted.status_code == 202
         env = {**server.env, "LANGFUSE_TIMEOUT": "5"}
 
-        result, summary = feedback(env, tmp_path)
-        assert result.exit_code == 0, result.output
-        assert triaged_traces(result) == {"t-flip", "t-again", "t-new"}
-        assert (summary["votes_seen"], summary["thumbs_down"], summary["triaged"]) == (3, 3, 3)
-        listed, listing = votes_view(env)
-        assert listed.exit_code == 0, listed.output
-        assert down_counts(listing) == {"t-flip": 1, "t-again": 1, "t-new": 1}
+        assert_the_changed_votes_are_tonights(env, tmp_path)
         # no second row: the change overwrote the first write (same id, same timestamp)
         for vote_id in ("vote-t-flip", "vote-t-again"):
             [row] = server.score_rows(vote_id)

@@ -28,7 +28,8 @@ from triage.errors import ExitCode
 from triage.sinks.dataset_file import DatasetFile
 from triage.sinks.promote import render_promote
 from triage.sources.store import Store
-from triage.worklist.promote import EXPECTATIONS, PromoteOptions, promote_from
+from triage.worklist.cases import EXPECTATIONS
+from triage.worklist.promote import PromoteOptions, promote_from
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 DOCS = "https://www.kubeflow.org/docs/components/pipelines/user-guides/core-functions/"

@@ -29,7 +29,8 @@ from triage.retry import Budget
 from triage.search.index import Index
 from triage.search.local import LocalSearcher
 from triage.settings import Settings
-from triage.sources.store import Store, vote_shift
+from triage.sources.export_file import vote_shift
+from triage.sources.store import Store
 from triage.worklist.promote import PromoteOptions, promote_from
 from triage.worklist.votes import VotesOptions, list_conversations
 

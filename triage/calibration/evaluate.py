@@ -32,7 +32,8 @@ from triage.domain.calibration import Decision, EvalMiss, EvalReport, EvalRun, L
 from triage.domain.config import TriageConfig
 from triage.domain.ownership import owners
 from triage.errors import UsageError
-from triage.sources.store import Store, vote_shift, vote_span
+from triage.sources.export_file import vote_shift, vote_span
+from triage.sources.store import Store
 
 SPLITS_ALL = "all"
 MAX_ERROR_CHARS = 2000

@@ -11,21 +11,26 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
-from triage import jsonl
 from triage.domain.conversations import TraceRef
-from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, StoredScore, UnreadableTrace, Vote, WriteOutcome
 from triage.domain.scores import PersonMeta, ScoreBody, score_id
+from triage.domain.scores import iso_ms as iso
 from triage.domain.votes import BadVote, WindowVotes, in_window, read_vote, stored_time
-from triage.errors import ConfigError, InputError
+from triage.errors import ConfigError
+from triage.sources.datasets import DatasetTables
+from triage.sources.export_file import (
+    OBS_FIELDS,
+    SCORE_FIELDS,
+    ImportCounts,
+    export_lines,
+    parse_stamp,
+    read_export,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS observations (
@@ -54,68 +59,6 @@ CREATE TABLE IF NOT EXISTS dataset_items (
 CREATE INDEX IF NOT EXISTS dataset_items_dataset ON dataset_items (datasetName);
 """
 
-_OBS_FIELDS = (
-    "id traceId type name parentObservationId startTime endTime input output metadata sessionId userId "
-    "environment level statusMessage updatedAt"
-).split()
-_SCORE_FIELDS = (
-    "id name value stringValue dataType traceId sessionId observationId comment metadata userId timestamp "
-    "source environment createdAt updatedAt"
-).split()
-
-
-def iso(value: datetime) -> str:
-    """One sortable text form for every time in the store (UTC, milliseconds, `Z`)."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-def _parse_time(value: Any, where: str) -> datetime:
-    if isinstance(value, datetime):
-        return value
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError as ex:
-        raise InputError(f"{where}: not an ISO-8601 time: {value!r}") from ex
-
-
-def _as_raw(value: Any) -> str | None:
-    """Input/output are stored as Langfuse sends them: JSON-encoded strings."""
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
-def vote_span(traces_file: Path) -> tuple[datetime, datetime]:
-    """The oldest and the newest vote time of an import file."""
-    stamps = []
-    for number, line in jsonl.lines(traces_file.read_text(encoding="utf-8")):
-        where = f"{traces_file}, line {number}"
-        try:
-            row = jsonl.parse(line)
-        except ValueError as ex:
-            raise InputError(f"{where}: not JSON: {ex}") from None
-        scores = row.get("scores") if isinstance(row, dict) else None
-        for score in scores if isinstance(scores, list) else []:
-            stamps.append(_parse_time(score.get("timestamp") if isinstance(score, dict) else None, where))
-    if not stamps:
-        raise InputError(f"{traces_file} holds no votes")
-    return min(stamps), max(stamps)
-
-
-def vote_shift(traces_file: Path, now: datetime, before: timedelta = timedelta(hours=1)) -> timedelta:
-    """How far to move an import file so its newest vote lands `before` now (demo and eval data)."""
-    return (now - before) - vote_span(traces_file)[1]
-
-
-@dataclass
-class ImportCounts:
-    traces: int = 0
-    observations: int = 0
-    scores: int = 0
-
-
 _UPSERT_SCORE = (
     "INSERT INTO scores (id, name, value, stringValue, dataType, traceId, sessionId, comment, "
     "metadata, userId, timestamp, source, environment, createdAt, updatedAt) "
@@ -126,7 +69,7 @@ _UPSERT_SCORE = (
 )
 
 
-class Store:
+class Store(DatasetTables):
     """A SQLite file (or `:memory:`): a vote source, trace source and score sink (`Backend`)."""
 
     def __init__(self, path: Path | str, *, create_folder: bool = True) -> None:
@@ -182,129 +125,25 @@ class Store:
 
     # -- loading -----------------------------------------------------------------------------
 
-    def import_lines(
-        self, lines: Sequence[str], source: str, shift: timedelta = timedelta(0)
-    ) -> ImportCounts:
-        """Load an export: one trace per line, `{"traceId", "observations": [...], "scores": [...]}`.
-
-        `shift` moves every time by the same amount (the demo stamps its votes relative to now).
-        The whole file is validated before anything is written, so a bad line loses nothing.
-        """
-        observations: list[dict[str, Any]] = []
-        scores: list[dict[str, Any]] = []
-        counts = ImportCounts()
-        trace_lines: dict[str, int] = {}  # trace id -> the line that holds it
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{source}, line {number}"
-            try:
-                row = json.loads(line)
-            except ValueError as ex:
-                raise InputError(f"{where}: not JSON: {ex}") from ex
-            except RecursionError:
-                raise InputError(f"{where}: JSON nested too deeply to read") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{where}: expected an object with observations and scores")
-            trace_id = row.get("traceId")
-            if trace_id is not None and not isinstance(trace_id, str):
-                raise InputError(f"{where}: traceId must be a string or null")
-            if row.get("observations"):
-                if trace_id is None:
-                    raise InputError(f"{where}: observations need the line's traceId")
-                if trace_id in trace_lines:
-                    # merging two lines would silently combine two exports of one trace
-                    raise InputError(f"{where}: trace {trace_id!r} is already on line {trace_lines[trace_id]}")
-                trace_lines[trace_id] = number
-                counts.traces += 1
-            for obs in row.get("observations") or []:
-                observations.append(self._observation_row(obs, trace_id, where, shift))
-            for score in row.get("scores") or []:
-                scores.append(self._score_row(score, where, shift))
+    def import_lines(self, lines: Sequence[str], source: str, shift: timedelta = timedelta(0)) -> ImportCounts:
+        """Load an export (`export_file.read_export`): the whole file is validated before anything
+        is written, so a bad line loses nothing."""
+        export = read_export(lines, source, shift)
         with self._tx() as db:
             db.executemany(
-                f"INSERT OR REPLACE INTO observations ({', '.join(_OBS_FIELDS)}) "
-                f"VALUES ({', '.join('?' * len(_OBS_FIELDS))})",
-                [tuple(o.get(f) for f in _OBS_FIELDS) for o in observations],
+                f"INSERT OR REPLACE INTO observations ({', '.join(OBS_FIELDS)}) "
+                f"VALUES ({', '.join('?' * len(OBS_FIELDS))})",
+                [tuple(o.get(f) for f in OBS_FIELDS) for o in export.observations],
             )
             db.executemany(
-                f"INSERT OR REPLACE INTO scores ({', '.join(_SCORE_FIELDS)}) "
-                f"VALUES ({', '.join('?' * len(_SCORE_FIELDS))})",
-                [tuple(s.get(f) for f in _SCORE_FIELDS) for s in scores],
+                f"INSERT OR REPLACE INTO scores ({', '.join(SCORE_FIELDS)}) "
+                f"VALUES ({', '.join('?' * len(SCORE_FIELDS))})",
+                [tuple(r.get(f) for f in SCORE_FIELDS) for r in export.scores],
             )
-        counts.observations, counts.scores = len(observations), len(scores)
-        return counts
+        return export.counts
 
     def import_file(self, path: Path, shift: timedelta = timedelta(0)) -> ImportCounts:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as ex:
-            raise InputError(f"cannot read {path}: {ex.strerror or ex}") from ex
-        lines: list[str] = []
-        for number, raw in enumerate(data.split(b"\n"), start=1):
-            try:
-                lines.append(raw.decode("utf-8").rstrip("\r"))
-            except UnicodeDecodeError as ex:
-                raise InputError(f"{path}, line {number}: not UTF-8 (byte {ex.start + 1} of the line)") from None
-        return self.import_lines(lines, str(path), shift)
-
-    @staticmethod
-    def _observation_row(obs: Any, trace_id: Any, where: str, shift: timedelta) -> dict[str, Any]:
-        if not isinstance(obs, dict):
-            raise InputError(f"{where}: an observation must be an object")
-        data = dict(obs)
-        data.setdefault("traceId", trace_id)
-        if data["traceId"] != trace_id:
-            raise InputError(
-                f"{where}: observation {data.get('id')!r} belongs to trace {data['traceId']!r}, "
-                f"not to this line's trace {trace_id!r}"
-            )
-        for key in ("input", "output"):
-            data[key] = _as_raw(data.get(key))
-        try:
-            parsed = Observation.model_validate(data)
-        except ValidationError as ex:
-            first = ex.errors()[0]
-            raise InputError(
-                f"{where}: observation {data.get('id')!r}: {'.'.join(map(str, first['loc']))}: {first['msg']}"
-            ) from ex
-        row = {f: data.get(f) for f in _OBS_FIELDS}
-        row["startTime"] = iso(parsed.start_time + shift)
-        row["endTime"] = iso(parsed.end_time + shift) if parsed.end_time else None
-        row["updatedAt"] = iso(parsed.updated_at + shift) if parsed.updated_at else row["startTime"]
-        row["metadata"] = json.dumps(data["metadata"]) if data.get("metadata") is not None else None
-        return row
-
-    @staticmethod
-    def _score_row(score: Any, where: str, shift: timedelta) -> dict[str, Any]:
-        if not isinstance(score, dict) or not score.get("id") or not score.get("name"):
-            raise InputError(f"{where}: a score needs at least an id and a name")
-        if not score.get("traceId") and not score.get("sessionId"):
-            raise InputError(f"{where}: score {score['id']!r} is on neither a trace nor a session")
-        row = {f: score.get(f) for f in _SCORE_FIELDS}
-        value = score.get("value")
-        if isinstance(value, bool):
-            value = float(value)
-        if score.get("dataType") in ("BOOLEAN", "NUMERIC") and not isinstance(value, int | float):
-            # stored as text it would be no vote at all, and never listed
-            raise InputError(f"{where}: score {score['id']!r} is {score['dataType']} but its value is {value!r}")
-        if score.get("dataType") == "BOOLEAN" and value not in (0, 1):
-            raise InputError(f"{where}: score {score['id']!r} is BOOLEAN but its value is {value!r} (0 or 1)")
-        if isinstance(value, str):
-            row["stringValue"], row["value"] = value, None
-        elif value is not None and not isinstance(value, (int, float)):
-            raise InputError(f"{where}: score {score['id']!r} has a value that is neither a number nor text")
-        else:
-            row["value"] = value
-        stamp = _parse_time(score.get("timestamp"), where) + shift
-        row["timestamp"] = iso(stamp)
-        row["updatedAt"] = (
-            iso(_parse_time(score["updatedAt"], where) + shift)
-            if score.get("updatedAt")
-            else row["timestamp"]
-        )
-        row["metadata"] = json.dumps(score["metadata"]) if score.get("metadata") is not None else None
-        return row
+        return self.import_lines(export_lines(path), str(path), shift)
 
     # -- the ports: VoteSource, TraceSource, ScoreSink ----------------------------------------
 
@@ -426,76 +265,12 @@ class Store:
             TraceRef(
                 trace_id=row["traceId"],
                 session_id=row["sessionId"] or None,
-                start_time=_parse_time(row["started"], "store"),
+                start_time=parse_stamp(row["started"], "store"),
             )
             for row in rows
         ]
 
     # -- DatasetSink (`triage promote`): datasets and dataset_items, upserted by id as Langfuse does
-
-    def ensure_dataset(self, name: str, description: str, metadata: dict[str, Any]) -> bool:
-        with self._tx() as db:
-            cursor = db.execute(
-                "INSERT INTO datasets (name, description, metadata, createdAt) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (name) DO NOTHING",
-                (name, description, json.dumps(metadata), iso(datetime.now(UTC))),
-            )
-            return cursor.rowcount == 1
-
-    def dataset_items(self, name: str) -> dict[str, DatasetItem]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT * FROM dataset_items WHERE datasetName = ? ORDER BY id", (name,)
-            ).fetchall()
-        return {
-            row["id"]: DatasetItem(
-                id=row["id"],
-                dataset_name=row["datasetName"],
-                input=json.loads(row["input"]) if row["input"] is not None else None,
-                expected_output=json.loads(row["expectedOutput"]) if row["expectedOutput"] is not None else None,
-                metadata=json.loads(row["metadata"]) if row["metadata"] else {},
-                source_trace_id=row["sourceTraceId"],
-                source_observation_id=row["sourceObservationId"],
-                status=row["status"],
-            )
-            for row in rows
-        }
-
-    def upsert_dataset_items(self, items: Sequence[DatasetItem]) -> DatasetWriteOutcome:
-        outcome = DatasetWriteOutcome()
-        now = iso(datetime.now(UTC))
-        with self._tx() as db:
-            for item in items:
-                held = db.execute("SELECT datasetName FROM dataset_items WHERE id = ?", (item.id,)).fetchone()
-                if held is not None and held["datasetName"] != item.dataset_name:
-                    # as Langfuse: an id is unique in the project and cannot move to another dataset
-                    outcome.failed[item.id] = (
-                        f"the dataset item with id {item.id} already exists in a dataset other than {item.dataset_name}"
-                    )
-                    continue
-                if db.execute("SELECT 1 FROM datasets WHERE name = ?", (item.dataset_name,)).fetchone() is None:
-                    outcome.failed[item.id] = f"dataset {item.dataset_name} not found"
-                    continue
-                db.execute(
-                    "INSERT INTO dataset_items (id, datasetName, input, expectedOutput, metadata, sourceTraceId, "
-                    "sourceObservationId, createdAt, updatedAt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET input = excluded.input, expectedOutput = excluded.expectedOutput, "
-                    "metadata = excluded.metadata, sourceTraceId = excluded.sourceTraceId, "
-                    "sourceObservationId = excluded.sourceObservationId, updatedAt = excluded.updatedAt",
-                    (
-                        item.id,
-                        item.dataset_name,
-                        json.dumps(item.input, ensure_ascii=False),
-                        json.dumps(item.expected_output, ensure_ascii=False),
-                        json.dumps(item.metadata, ensure_ascii=False),
-                        item.source_trace_id,
-                        item.source_observation_id,
-                        now,
-                        now,
-                    ),
-                )
-                outcome.written.append(item.id)
-        return outcome
 
     # -- the relay's writes (`triage relay`) -------------------------------------------------------
 
@@ -567,7 +342,7 @@ class Store:
                     metadata=metadata,
                     author=str(author) if author is not None else None,
                     source=row["source"],
-                    timestamp=_parse_time(row["timestamp"], "store"),
+                    timestamp=parse_stamp(row["timestamp"], "store"),
                 )
             )
         return out
