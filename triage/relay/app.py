@@ -4,9 +4,9 @@ Statuses: 200 written to the store the job reads (or a listing), 201 created (mo
 durable in the outbox (Langfuse gets it from there), 400 malformed body or missing id, 401 missing
 or bad credentials, 403 a credential used beyond its grant, 404 nothing to replace or delete,
 409 create-only and the voter already has feedback, 413 body over the limit, 422 undeclared
-score name (enforce) or a value wrong for its type, 429 per-client rate limit (Retry-After), 502
-neither the outbox nor the store took the write, 503 (with Retry-After) no store, the outbox is
-full, or the relay's ledger cannot commit: nothing was written, the same request may be sent again.
+score name (enforce) or a value wrong for its type, 429 per-client rate limit (Retry-After), 503
+(with Retry-After) no store, the outbox is full, or the relay's ledger cannot commit: nothing was
+written, the same request may be sent again.
 """
 
 from __future__ import annotations

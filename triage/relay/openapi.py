@@ -68,8 +68,8 @@ def _responses(*codes: int) -> dict[str, Any]:
         413: "body over the limit",
         422: "undeclared score name (enforce) or a value wrong for its type",
         429: "per-client rate limit; see Retry-After",
-        502: "neither the outbox nor the store took the write",
-        503: "no store configured, or the outbox is full",
+        503: "nothing written, send it again after Retry-After: no store configured, the outbox is full, "
+        "the relay's ledger cannot commit, or the relay is shutting down",
     }
     out: dict[str, Any] = {}
     for code in codes:
@@ -78,7 +78,7 @@ def _responses(*codes: int) -> dict[str, Any]:
     return out
 
 
-_WRITE_ERRORS = (400, 401, 403, 413, 422, 429, 502, 503)
+_WRITE_ERRORS = (400, 401, 403, 413, 422, 429, 503)
 
 
 def openapi_document() -> dict[str, Any]:
@@ -126,7 +126,7 @@ def openapi_document() -> dict[str, Any]:
                         "required": False,
                         "content": {"application/json": {"schema": _FEEDBACK}},
                     },
-                    "responses": _responses(200, 202, 400, 401, 403, 404, 413, 429, 502, 503),
+                    "responses": _responses(200, 202, 400, 401, 403, 404, 413, 429, 503),
                 },
                 "get": {
                     "summary": "List feedback by trace, session, reviewer or verdict (negative includes false alarms)",

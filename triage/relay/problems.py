@@ -7,7 +7,7 @@ from triage.errors import SourceError, TriageError
 
 
 class Problem(TriageError):
-    """A request the relay refuses: `status` (400, 401, 403, 404, 409, 413, 422, 429, 502, 503)."""
+    """A request the relay refuses: `status` (400, 401, 403, 404, 409, 413, 422, 429, 503)."""
 
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
