@@ -160,3 +160,23 @@ def test_the_report_parses_as_intended_and_hostile_text_changes_no_token() -> No
                     unsupported=(HOSTILE,))  # fmt: skip
     hostile = render_report(_worklist_result(HOSTILE, HOSTILE, evil))
     assert _tokens(hostile) == tokens  # the same document, token for token: no heading, link or HTML added
+
+
+def test_the_same_run_gives_the_same_report_whatever_order_its_traces_finished_in() -> None:
+    """Issue 27, item 4: items followed the order traces finished, so two runs of `triage demo`
+    gave two reports. Now entries go by the trace's start, then its id; skipped votes by kind and id."""
+    import random
+
+    entries = [entry(f"t-{i:02}", Layer.RETRIEVAL if i % 2 else Layer.GENERATION, ["team"]) for i in range(12)]
+    skipped = [
+        Skipped(Undecided(vote_ids=[f"v-{i}"], trace_id=f"s-{i}", kind="pending", reason="not yet"), None, [])
+        for i in range(5)
+    ]
+    first = render_report(result_with(entries, skipped))
+    rng = random.Random(7)
+    for _ in range(5):
+        shuffled, aside = entries[:], skipped[:]
+        rng.shuffle(shuffled)
+        rng.shuffle(aside)
+        assert render_report(result_with(shuffled, aside)) == first
+    assert first.index("`t-01`") < first.index("`t-03`") < first.index("`t-11`")

@@ -6,8 +6,9 @@ User text (questions, comments) is escaped: it cannot open a heading, a table, a
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
-from triage.domain.outcome import Entry, RunResult
+from triage.domain.outcome import Entry, RunResult, Skipped
 from triage.domain.records import Layer
 from triage.domain.signatures import NIGHTS
 from triage.sinks.markdown import templates
@@ -43,7 +44,24 @@ def chart_label(text: object) -> str:
 templates.filters["chart"] = chart_label
 
 
+def _entry_order(entry: Entry) -> tuple[str, str]:
+    """When the trace started, then its id: the order traces finished in differs run to run."""
+    return (entry.start.isoformat() if entry.start else "", entry.trace_id)
+
+
+def _skipped_order(item: Skipped) -> tuple[str, str, str]:
+    undecided = item.undecided
+    return (undecided.kind, undecided.trace_id or "", ",".join(undecided.vote_ids))
+
+
 def render_report(result: RunResult) -> str:
+    """The Markdown report; the same run gives the same bytes (entries and skipped votes in a fixed
+    order), so two nights' reports diff line by line."""
+    result = replace(
+        result,
+        entries=sorted(result.entries, key=_entry_order),
+        skipped=sorted(result.skipped, key=_skipped_order),
+    )
     groups = grouped(result.entries)
     layers = [layer.value for layer in Layer if result.layer_counts.get(layer.value)]
     worklist = result.worklist
