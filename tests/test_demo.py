@@ -100,3 +100,21 @@ def test_readme_shows_what_the_demo_prints() -> None:
     assert table and all(line in readme for line in table), "README's demo output is stale: rerun `triage demo`"
     entries = [line for line in out.splitlines() if line.startswith(("- **", "  - component"))]
     assert all(line in readme for line in entries)
+
+
+def test_the_demo_report_is_the_same_bytes_at_any_concurrency(tmp_path: Path) -> None:
+    """Issue 27: four runs of `triage demo` gave four reports (items followed the order traces
+    finished, and the report carried the wall time). Four runs, at concurrency 1 and 16: one report."""
+    from datetime import UTC, datetime
+
+    from triage.compose import demo
+    from triage.config import load_config
+    from triage.engine.options import RunOptions
+    from triage.sinks.report import render_report
+
+    now = datetime(2026, 12, 1, 14, 13, tzinfo=UTC)
+    reports = set()
+    for run, concurrency in enumerate((1, 16, 1, 16)):
+        options = RunOptions(since_hours=24, write=False, now=now, concurrency=concurrency)
+        reports.add(render_report(demo(load_config(None), options, tmp_path / f"demo-{run}.sqlite")))
+    assert len(reports) == 1

@@ -80,5 +80,5 @@ def render_report(result: RunResult) -> str:
         worklist=worklist,
         sigs={sig.id: sig for sig in worklist.signatures} if worklist else {},
         nights=NIGHTS + 1,
-        summary=summary_lines(result),  # our own text: not escaped
+        summary=summary_lines(result, timing=False),  # our own text: not escaped
     )

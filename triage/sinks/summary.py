@@ -7,8 +7,9 @@ from collections import defaultdict
 from triage.domain.outcome import RunResult
 
 
-def summary_lines(result: RunResult) -> list[str]:
-    """The run summary: counts per layer, undecided, written, time, requests and cost."""
+def summary_lines(result: RunResult, *, timing: bool = True) -> list[str]:
+    """The run summary: counts per layer, undecided, written, time, requests and cost. Without
+    `timing` (the report), no wall time: the same input then gives the same report."""
     triaged = len(result.entries)
     per_layer = (
         ", ".join(f"{layer} {count}" for layer, count in sorted(result.layer_counts.items())) or "none"
@@ -34,8 +35,9 @@ def summary_lines(result: RunResult) -> list[str]:
             else ""
         ),
         f"search calls {result.search_calls}; backend requests {result.requests} ({per_trace:.2f} per triaged trace)",
-        f"time {result.elapsed:.1f}s",
     ]
+    if timing:
+        lines.append(f"time {result.elapsed:.1f}s")
     if result.worklist is not None:
         status = result.worklist.status_counts()
         lines.insert(
