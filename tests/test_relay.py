@@ -20,7 +20,7 @@ from triage.config import load_config
 from triage.domain.config import TriageConfig
 from triage.domain.relay import DeclaredScore, RelayConfig, ScoreSource
 from triage.relay.app import Credentials, RelayApp
-from triage.relay.server import relay_running
+from triage.relay.server import relay_running, uvicorn_config
 from triage.relay.sinks import Sink, StoreSink
 from triage.relay.tokens import issue_token
 from triage.sources.store import Store
@@ -37,13 +37,10 @@ def free_port() -> int:
 class Served:
     """An ASGI app under uvicorn on 127.0.0.1 in a thread (httpx's TestServer, adapted)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: RelayApp) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="off"
-        )
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", self.port))  # as `triage relay` serves
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> Served:
@@ -82,7 +79,7 @@ def serving(
         with relay_running(
             config or relay_config(), sink, tmp_path / "relay.sqlite", credentials or Credentials(),
             start_worker=start_worker, drain_seconds=0.5,
-        ) as app, Served(app.app) as served, httpx.Client(base_url=served.url, timeout=10) as client:  # fmt: skip
+        ) as app, Served(app) as served, httpx.Client(base_url=served.url, timeout=10) as client:  # fmt: skip
             yield client, app
     finally:
         if own:
@@ -299,7 +296,7 @@ def test_a_client_over_its_rate_is_429_with_retry_after(tmp_path: Path) -> None:
 
 def test_no_store_configured_is_503(tmp_path: Path) -> None:
     app = RelayApp(None, Credentials())
-    with Served(app.app) as served, httpx.Client(base_url=served.url) as client:
+    with Served(app) as served, httpx.Client(base_url=served.url) as client:
         assert client.post("/api/feedback", json={"traceId": "t", "value": "up"}).status_code == 503
         assert client.get("/readyz").status_code == 503
         assert client.get("/healthz").status_code == 200

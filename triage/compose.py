@@ -234,10 +234,20 @@ def relay(settings: Settings, config: TriageConfig, *, host: str, port: int, out
     from triage.relay.app import Credentials
     from triage.relay.server import check_startup, relay_running, serve
     from triage.relay.sinks import LangfuseSink, Sink, StoreSink
+    from triage.relay.tokens import SessionKeys
 
+    sessions = None
+    if settings.triage_relay_session_keys:
+        sessions = SessionKeys(
+            settings.triage_relay_session_keys,
+            issuer=settings.triage_relay_session_issuer,
+            audience=settings.triage_relay_session_audience,
+            leeway=settings.triage_relay_session_leeway_seconds,
+        )
     credentials = Credentials(
         gateway_token=settings.triage_relay_token.get_secret_value() if settings.triage_relay_token else None,
         signing_key=settings.triage_relay_signing_key.get_secret_value() if settings.triage_relay_signing_key else None,
+        sessions=sessions,
     )
     check_startup(config, credentials, host)
     store_path = settings.triage_store or default_store_path()

@@ -68,6 +68,12 @@ class Settings(BaseSettings):
     triage_relay_token: SecretStr | None = None
     triage_relay_signing_key: SecretStr | None = None
     triage_relay_outbox: Path | None = None
+    #: the gateway's session JWTs: the keys (a JWKS file or URL, or a PEM public key), and the issuer
+    #: and audience they must name; RS256 or ES256, expiry checked with this much clock skew
+    triage_relay_session_keys: str | None = None
+    triage_relay_session_issuer: str | None = None
+    triage_relay_session_audience: str | None = None
+    triage_relay_session_leeway_seconds: float = Field(default=60.0, ge=0, le=3600)
     #: SIGTERM: requests in flight get this long to finish, then the outbox this long to drain;
     #: both within Kubernetes' grace period (30 s by default)
     triage_relay_shutdown_seconds: float = Field(default=10.0, gt=0, le=300)

@@ -7,6 +7,7 @@ any (exit 3).
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,6 +103,10 @@ class RelayConfig(_Section):
     outbox_max: int = Field(default=1_000_000, ge=1)
     #: an operation Langfuse refuses outright (a 4xx that is not 408/409/429) this often is set aside
     max_attempts: int = Field(default=20, ge=1)
+    #: browser origins allowed to call the API (CORS), e.g. "https://www.kubeflow.org"
+    cors_origins: list[str] = Field(default_factory=list)
+    #: proxies (addresses or networks) whose X-Forwarded-For names the client, for the rate limit
+    trusted_proxies: list[str] = Field(default_factory=list)
 
     def declared(self, name: str) -> DeclaredScore | None:
         return next((s for s in self.scores if s.name == name), None)
@@ -140,6 +145,15 @@ class RelayConfig(_Section):
                 )
             if score.data_type != "CATEGORICAL" and score.categories:
                 found.append(f"score {score.name!r}: categories need data_type CATEGORICAL")
+        for origin in self.cors_origins:
+            scheme, _, host = origin.partition("://")
+            if scheme not in ("http", "https") or not host or "/" in host.rstrip("/"):
+                found.append(f"cors origin {origin!r} is not scheme://host[:port]")
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                found.append(f"trusted proxy {proxy!r} is not an address or a network")
         for name in required or []:
             if self.mode == "enforce" and not self.may_write(HUMAN, name):
                 found.append(f"the {HUMAN!r} source must be allowed to write {name!r} (the relay writes it)")

@@ -16,8 +16,8 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -29,7 +29,7 @@ from triage.domain.scores import END_USER
 from triage.redact import printable, redact
 from triage.relay.openapi import openapi_document
 from triage.relay.problems import Problem
-from triage.relay.ratelimit import RateLimiter
+from triage.relay.ratelimit import Proxies, RateLimiter
 from triage.relay.requests import (
     Answer,
     decode,
@@ -39,27 +39,39 @@ from triage.relay.requests import (
     parse_target,
 )
 from triage.relay.service import Mode, Relay, end_user
-from triage.relay.tokens import Grant, TokenError, is_feedback_token, verify_token
+from triage.relay.tokens import Grant, SessionKeys, TokenError, is_feedback_token, verify_token
 
 log = logging.getLogger("triage.relay")
 
 
 @dataclass(frozen=True)
 class Credentials:
-    """The gateway's bearer token and the key that signs feedback tokens; neither: a laptop."""
+    """The gateway's bearer token, the key that signs feedback tokens, the keys that verify the
+    gateway's session JWTs; none of them: a laptop."""
 
     gateway_token: str | None = None
     signing_key: str | None = None
+    sessions: SessionKeys | None = None
 
     @property
     def open(self) -> bool:
-        return not self.gateway_token and not self.signing_key
+        return not self.gateway_token and not self.signing_key and self.sessions is None
 
 
 @dataclass(frozen=True)
 class Caller:
-    kind: str  # "open" (no credentials configured), "gateway", "token"
+    """Who is calling: "open" (no credentials configured), "gateway" (its bearer token: it may name
+    the user or the reviewer), "token" (a browser's feedback token: one answer, one subject), or
+    "session" (a browser's session JWT: its subject, on any answer)."""
+
+    kind: Literal["open", "gateway", "token", "session"]
     grant: Grant | None = None
+    subject: str | None = None
+
+    @property
+    def person(self) -> str | None:
+        """The end user the credential itself names (a token's or a session's subject)."""
+        return self.grant.subject if self.grant is not None else self.subject
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -71,23 +83,68 @@ def _clean(message: str) -> str:
     return printable(redact(message))[:400]
 
 
+class Cors:
+    """The browser origins allowed to call the API (`[relay] cors_origins`; none: no CORS headers,
+    a browser on another origin is refused by the browser itself)."""
+
+    HEADERS = "Authorization, Content-Type, X-Feedback-Token"
+
+    def __init__(self, origins: list[str]) -> None:
+        self.origins = frozenset(o.rstrip("/") for o in origins)
+
+    def headers(self, origin: str | None) -> dict[str, str]:
+        if origin is None or origin.rstrip("/") not in self.origins:
+            return {}
+        return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+
+    def preflight(self, origin: str | None, methods: list[str]) -> Response:
+        allowed = self.headers(origin)
+        if not allowed:
+            return _json(403, {"error": "this origin is not allowed (the relay's [relay] cors_origins)"})
+        return Response(status_code=204, headers={
+            **allowed,
+            "Access-Control-Allow-Methods": ", ".join(methods),
+            "Access-Control-Allow-Headers": self.HEADERS,
+            "Access-Control-Max-Age": "600",
+        })  # fmt: skip
+
+
 class _Dispatch:
     """The ASGI app: the relay's own routes straight to their endpoint, the rest to Starlette.
     Starlette's middleware and router cost about a tenth of the relay's CPU per vote, and the
-    relay's frame (`RelayApp._guard`) already turns every failure into a response."""
+    relay's frame (`RelayApp._guard`) already turns every failure into a response. A known path
+    with another method is a 405 naming every method the path has; `OPTIONS` is CORS's preflight."""
 
     def __init__(
-        self, direct: dict[tuple[str, str], Callable[[Request], Awaitable[Response]]], fallback: Starlette
+        self,
+        direct: dict[tuple[str, str], Callable[[Request], Awaitable[Response]]],
+        fallback: Starlette,
+        cors: Cors,
     ) -> None:
         self.direct = direct
         self.fallback = fallback
+        self.cors = cors
+        self.methods: dict[str, list[str]] = {}
+        for path, method in direct:
+            self.methods.setdefault(path, []).append(method)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
-            endpoint = self.direct.get((scope["path"], scope["method"]))
-            if endpoint is not None:
+            path, method = scope["path"], scope["method"]
+            endpoint = self.direct.get((path, method))
+            methods = self.methods.get(path)
+            if endpoint is not None or methods is not None:
                 scope["app"] = self.fallback
-                response = await endpoint(Request(scope, receive, send))
+                request = Request(scope, receive, send)
+                origin = request.headers.get("origin")
+                if endpoint is not None:
+                    response = await endpoint(request)
+                elif method == "OPTIONS" and methods is not None:
+                    response = self.cors.preflight(origin, methods)
+                else:
+                    allow = ", ".join([*(methods or []), "OPTIONS"])
+                    response = _json(405, {"error": f"{method} is not allowed here: {allow}"}, {"Allow": allow})
+                response.headers.update(self.cors.headers(origin))
                 await response(scope, receive, send)
                 return
         await self.fallback(scope, receive, send)
@@ -110,6 +167,7 @@ class RelayApp:
         self.limiter = RateLimiter(
             config.rate_per_second if config else 20.0, config.rate_burst if config else 40, clock_now
         )
+        self.proxies = Proxies(config.trusted_proxies if config else [])
         endpoints: list[tuple[str, str, Callable[[Request], Awaitable[Response]]]] = [
             ("/api/feedback", "POST", self._guard(self.post_feedback)),
             ("/api/feedback", "PUT", self._guard(self.put_feedback)),
@@ -123,7 +181,11 @@ class RelayApp:
         ]
         #: everything else (404, 405, HEAD, a trailing slash) is Starlette's to answer
         self.starlette = Starlette(routes=[Route(path, fn, methods=[method]) for path, method, fn in endpoints])
-        self.app = _Dispatch({(path, method): fn for path, method, fn in endpoints}, self.starlette)
+        self.app = _Dispatch(
+            {(path, method): fn for path, method, fn in endpoints},
+            self.starlette,
+            Cors(config.cors_origins if config else []),
+        )
 
     # -- the frame around every API call --------------------------------------------------------
 
@@ -175,23 +237,31 @@ class RelayApp:
         )
 
     def _authenticate(self, request: Request) -> Caller:
-        header = request.headers.get("authorization")
+        """The caller, from `X-Feedback-Token` (a feedback token that crosses a gateway owning
+        `Authorization`) or `Authorization: Bearer` (a feedback token, a session JWT, the gateway's
+        token)."""
         if self.credentials.open:
             return Caller("open")
-        if not header or not header.lower().startswith("bearer "):
-            raise Problem(401, "missing credentials: Authorization: Bearer <gateway token or feedback token>",
-                          {"WWW-Authenticate": "Bearer"})  # fmt: skip
-        token = header[7:].strip()
-        if is_feedback_token(token) and self.credentials.signing_key:
-            try:
-                return Caller("token", verify_token(self.credentials.signing_key, token))
-            except TokenError as ex:
-                raise Problem(401, str(ex), {"WWW-Authenticate": "Bearer"}) from None
-        if self.credentials.gateway_token and hmac.compare_digest(
-            token.encode(), self.credentials.gateway_token.encode()
-        ):
+        creds = self.credentials
+        refused = {"WWW-Authenticate": "Bearer"}
+        feedback = request.headers.get("x-feedback-token")
+        header = request.headers.get("authorization")
+        token = header[7:].strip() if header and header.lower().startswith("bearer ") else None
+        if feedback is None and token is not None and is_feedback_token(token):
+            feedback = token
+        try:
+            if feedback is not None and creds.signing_key:
+                return Caller("token", verify_token(creds.signing_key, feedback.strip()))
+            if token is None:
+                raise Problem(401, "missing credentials: Authorization: Bearer <gateway token, session token or "
+                              "feedback token>, or X-Feedback-Token", refused)  # fmt: skip
+            if creds.sessions is not None and SessionKeys.looks_like(token):
+                return Caller("session", subject=creds.sessions.subject(token))
+        except TokenError as ex:
+            raise Problem(401, str(ex), refused) from None
+        if creds.gateway_token and hmac.compare_digest(token.encode(), creds.gateway_token.encode()):
             return Caller("gateway")
-        raise Problem(401, "bad credentials", {"WWW-Authenticate": "Bearer"})
+        raise Problem(401, "bad credentials", refused)
 
     async def _body(self, request: Request) -> dict[str, Any]:
         length = request.headers.get("content-length")
@@ -210,33 +280,42 @@ class RelayApp:
             raise Problem(429, "too many requests from this client", {"Retry-After": str(int(wait))})
 
     def _client_key(self, request: Request, caller: Caller, named: str | None) -> str:
-        if caller.grant is not None:
-            return f"token:{caller.grant.subject}"
+        """Whose rate bucket: the verified subject, else the user or reviewer the gateway names,
+        else the client's address (behind a trusted proxy, the address it forwards)."""
+        if caller.person is not None:
+            return f"{caller.kind}:{caller.person}"
         if named:
             return f"named:{named}"
-        return f"addr:{request.client.host if request.client else '?'}"
+        return f"addr:{self.proxies.client(request)}"
 
     @staticmethod
-    def _granted(caller: Caller, answer: Answer, user: str | None, reviewer: str | None) -> str | None:
-        """A feedback token's author (`user:<subject>`), after checking the request stays inside it."""
-        grant = caller.grant
-        if grant is None:
+    def _granted(caller: Caller, answer: Answer, user: str | None, reviewer: str | None) -> tuple[str, Answer] | None:
+        """The author (`user:<subject>`) and the answer a token or a session writes on, after checking
+        the request stays inside its credential; None for the gateway and an open relay. A feedback
+        token's answer is its own: nothing in the body (an extra sessionId, a turn) can move it."""
+        subject = caller.person
+        if subject is None:
             return None
-        if grant.answer != answer.key:
-            raise Problem(403, "this feedback token is for another answer")
-        if reviewer is not None or (user is not None and user != grant.subject):
-            raise Problem(403, "a feedback token writes as its own subject only")
-        return end_user(grant.subject)
+        if reviewer is not None or (user is not None and user != subject):
+            raise Problem(403, "a browser's credential writes as its own subject only")
+        if caller.grant is not None:
+            if caller.grant.answer != answer.key:
+                raise Problem(403, "this feedback token is for another answer")
+            answer = Answer.from_key(caller.grant.answer)
+        return end_user(subject), answer
 
     # -- the API -------------------------------------------------------------------------------
 
     async def _write(self, request: Request, caller: Caller, mode: Mode) -> Response:
         assert self.relay is not None
-        if caller.grant is not None:
+        if caller.person is not None:
             self._limit(self._client_key(request, caller, None))
         req = parse_feedback(await self._body(request), max_text=self.relay.max_text())
-        author = self._granted(caller, req.answer, req.user, req.reviewer)
-        if author is None:
+        granted = self._granted(caller, req.answer, req.user, req.reviewer)
+        if granted is not None:
+            author, answer = granted
+            req = replace(req, answer=answer)
+        else:
             author = req.reviewer or end_user(req.user)
             self._limit(self._client_key(request, caller, author if (req.reviewer or req.user) else None))
         written = await self.relay.feedback(req, author, mode)
@@ -254,15 +333,18 @@ class RelayApp:
 
     async def delete_feedback(self, request: Request, caller: Caller) -> Response:
         assert self.relay is not None
-        has_body = request.headers.get("content-length") not in (None, "0")
+        # a body, with its length or chunked (a chunked DELETE was read from the query alone)
+        has_body = request.headers.get("content-length") not in (None, "0") or "chunked" in request.headers.get(
+            "transfer-encoding", ""
+        ).lower()
         data = await self._body(request) if has_body else dict(request.query_params)
         target_req = parse_target(data)
         answer = target_req.answer
         granted = self._granted(caller, answer, target_req.user, target_req.reviewer)
         if granted is not None:
-            if target_req.author not in (None, granted):
-                raise Problem(403, "a feedback token retracts its own feedback only")
-            target = granted
+            target, answer = granted
+            if target_req.author not in (None, target):
+                raise Problem(403, "a browser's credential retracts its own feedback only")
             self._limit(self._client_key(request, caller, None))
         else:
             actor = target_req.reviewer or end_user(target_req.user)
@@ -282,12 +364,11 @@ class RelayApp:
         session_id = query.get("sessionId") or query.get("contextId")
         reviewer = query.get("reviewer") or query.get("author")
         verdict = query.get("verdict")
-        if caller.grant is not None:
+        granted = self._granted(caller, parse_answer(query), None, None) if caller.person is not None else None
+        if granted is not None:
             # a browser sees its own feedback on its own answer only
-            answer = parse_answer(query)
-            self._granted(caller, answer, None, None)
-            items = self.relay.listing(trace_id=answer.trace_id, session_id=answer.session_id,
-                                       author=end_user(caller.grant.subject))  # fmt: skip
+            author, answer = granted
+            items = self.relay.listing(trace_id=answer.trace_id, session_id=answer.session_id, author=author)
             items = [i for i in items if i.get("turn") == answer.turn or answer.trace_id]
             return _json(200, {"data": items})
         if not any((trace_id, session_id, reviewer, verdict)):
@@ -299,8 +380,8 @@ class RelayApp:
 
     async def post_score(self, request: Request, caller: Caller) -> Response:
         assert self.relay is not None
-        if caller.grant is not None:
-            raise Problem(403, "a feedback token writes votes and verdicts only (/api/feedback)")
+        if caller.person is not None:
+            raise Problem(403, "a browser's credential writes votes and verdicts only (/api/feedback)")
         req = parse_score(await self._body(request))
         self._limit(f"source:{req.source}")
         written = await self.relay.score(req)

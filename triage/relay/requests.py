@@ -60,6 +60,17 @@ class Answer:
     def key(self) -> str:
         return answer_key(self.trace_id, self.session_id, self.turn)
 
+    @classmethod
+    def from_key(cls, key: str) -> Answer:
+        """The answer `key` names (`trace:<id>`, `session:<id>:<turn>`: the turn is last, a number)."""
+        kind, _, rest = key.partition(":")
+        if kind == "trace" and rest:
+            return cls(trace_id=rest)
+        session, _, turn = rest.rpartition(":")
+        if kind == "session" and session and turn.isascii() and turn.isdigit():
+            return cls(session_id=session, turn=int(turn))
+        raise ValueError(f"not an answer: {key!r}")
+
     def subject(self) -> dict[str, Any]:
         """The Langfuse attachment: exactly one of traceId or sessionId."""
         return {"traceId": self.trace_id} if self.trace_id else {"sessionId": self.session_id}

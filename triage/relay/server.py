@@ -24,11 +24,14 @@ from triage.relay.worker import Worker
 from triage.retry import Clock, current_clock
 
 log = logging.getLogger("triage.relay")
+#: the shortest bearer token or signing key the relay takes when it listens beyond loopback
+MIN_SECRET = 32
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def check_startup(config: TriageConfig, credentials: Credentials, host: str) -> None:
-    """Refuse to start (ConfigError, exit 3) on an incoherent model or an open relay off loopback."""
+    """Refuse to start (ConfigError, exit 3) on an incoherent model, an open relay off loopback, or a
+    secret too short to withstand guessing (fewer than 32 characters) off loopback."""
     probe = Relay.required_for(config.calibration.verdict_score)
     problems = config.relay.problems(probe)
     if problems:
@@ -36,8 +39,16 @@ def check_startup(config: TriageConfig, credentials: Credentials, host: str) -> 
     if credentials.open and not is_loopback(host):
         raise ConfigError(
             f"no credentials are configured, so the relay serves on 127.0.0.1 only, not {host}: set "
-            "TRIAGE_RELAY_TOKEN (the gateway's bearer token) and/or TRIAGE_RELAY_SIGNING_KEY (feedback tokens)"
+            "TRIAGE_RELAY_TOKEN (the gateway's bearer token), TRIAGE_RELAY_SIGNING_KEY (feedback tokens) "
+            "and/or TRIAGE_RELAY_SESSION_KEYS (the gateway's session JWTs)"
         )
+    if not is_loopback(host):
+        for name, secret in (
+            ("TRIAGE_RELAY_TOKEN", credentials.gateway_token),
+            ("TRIAGE_RELAY_SIGNING_KEY", credentials.signing_key),
+        ):
+            if secret is not None and len(secret) < MIN_SECRET:
+                raise ConfigError(f"{name} is shorter than {MIN_SECRET} characters: too easy to guess off 127.0.0.1")
 
 
 def is_loopback(host: str) -> bool:
@@ -110,15 +121,20 @@ def quiet_gc() -> None:
     gc.set_threshold(20_000, 20, 20)
 
 
+def uvicorn_config(app: RelayApp, host: str, port: int, *, grace_seconds: float = 10.0) -> uvicorn.Config:
+    """How the relay is served. uvicorn's own X-Forwarded-For handling is off: it believes any
+    loopback peer (a sidecar proxy is one), so every client could pick its own rate bucket; the
+    relay believes only its configured trusted proxies (`ratelimit.Proxies`)."""
+    return uvicorn.Config(
+        app.app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+        proxy_headers=False, server_header=False, timeout_graceful_shutdown=max(1, round(grace_seconds)),
+    )  # fmt: skip
+
+
 def serve(app: RelayApp, host: str, port: int, *, grace_seconds: float = 10.0) -> None:
     """Serve until SIGINT/SIGTERM, then return: requests in flight get `grace_seconds` to finish
     (a client that never finishes sending holds no one up longer)."""
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app.app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
-            timeout_graceful_shutdown=max(1, round(grace_seconds)),
-        )  # fmt: skip
-    )
+    server = uvicorn.Server(uvicorn_config(app, host, port, grace_seconds=grace_seconds))
     log.info("relay serving on http://%s:%d", host, port, extra={"event": "relay_start", "host": host, "port": port})
     stopped: list[int] = []
     # uvicorn re-raises the signal it handled to the handler it found: make that one note it, so

@@ -17,12 +17,20 @@ import hmac
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from triage.errors import ConfigError
 
 PREFIX = "tfb1."  # tells a feedback token from the gateway's bearer token
 
 
 class TokenError(Exception):
-    """A token that is malformed, badly signed or expired."""
+    """A token that is malformed, badly signed or expired (a feedback token or a session JWT)."""
 
 
 @dataclass(frozen=True)
@@ -92,3 +100,91 @@ def verify_token(key: str, token: str, now: float | None = None) -> Grant:
     if grant.expires < (now if now is not None else time.time()):
         raise TokenError("feedback token expired")
     return grant
+
+
+# -- the gateway's session JWTs -----------------------------------------------------------------
+
+#: what a browser's session token may be signed with (asymmetric only: the relay holds no secret)
+SESSION_ALGORITHMS = ("RS256", "ES256")
+
+
+class SessionKeys:
+    """Verifies the session JWT a gateway forwards (the Kubeflow docs agent's browsers hold one, an
+    RS256 token the Istio gateway validates): signature against the configured keys (a JWKS file or
+    URL, or a PEM public key), issuer, audience, expiry and not-before with `leeway` seconds of clock
+    skew. The verified `sub` is the end user."""
+
+    def __init__(
+        self, source: str, *, issuer: str | None = None, audience: str | None = None, leeway: float = 60.0
+    ) -> None:
+        self.issuer = issuer
+        self.audience = audience
+        self.leeway = leeway
+        self._client: jwt.PyJWKClient | None = None
+        self._keys: list[jwt.PyJWK] = []
+        if source.startswith(("https://", "http://")):
+            # fetched once, then on an unknown `kid` (a rotated key); cached in between
+            self._client = jwt.PyJWKClient(source, cache_keys=True, lifespan=300, timeout=5)
+            return
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as ex:
+            raise ConfigError(f"the session keys {source} cannot be read: {ex.strerror or ex}") from None
+        try:
+            if text.lstrip().startswith("-----BEGIN"):
+                self._keys = [_pem_key(text)]
+            else:
+                self._keys = list(jwt.PyJWKSet.from_json(text).keys)
+        except (jwt.PyJWKError, jwt.PyJWKSetError, ValueError, TypeError) as ex:
+            raise ConfigError(f"the session keys in {source} are no JWKS or PEM public key: {ex}") from None
+        if not self._keys:
+            raise ConfigError(f"the session keys in {source} hold no usable key")
+
+    @staticmethod
+    def looks_like(token: str) -> bool:
+        """A compact JWS: three base64url parts (the feedback token has two, the gateway's secret none)."""
+        return token.count(".") == 2 and not token.startswith(PREFIX)
+
+    def subject(self, token: str) -> str:
+        """The verified subject; `TokenError` saying why the token is refused."""
+        try:
+            header = jwt.get_unverified_header(token)
+            algorithm = header.get("alg")
+            if algorithm not in SESSION_ALGORITHMS:
+                raise TokenError(f"session token signed with {algorithm!r}: only {', '.join(SESSION_ALGORITHMS)}")
+            key = self._key(token, header.get("kid"))
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                issuer=self.issuer,
+                audience=self.audience,
+                leeway=self.leeway,
+                options={"require": ["exp", "sub"], "verify_aud": self.audience is not None},
+            )
+        except jwt.ExpiredSignatureError:
+            raise TokenError("the session token has expired") from None
+        except (jwt.PyJWTError, jwt.PyJWKClientError) as ex:
+            raise TokenError(f"the session token is not valid: {type(ex).__name__}") from None
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject.strip() or not subject.isprintable() or len(subject) > 200:
+            raise TokenError("the session token names no subject")
+        return subject
+
+    def _key(self, token: str, kid: object) -> Any:
+        if self._client is not None:
+            return self._client.get_signing_key_from_jwt(token).key
+        for key in self._keys:
+            if kid is None or key.key_id in (None, kid):  # a PEM key has no id: it is the one key
+                return key.key
+        raise TokenError("the session token's key is not among the configured keys")
+
+
+def _pem_key(text: str) -> jwt.PyJWK:
+    """A PEM public key (RSA or EC P-256) as a JWK."""
+    public = serialization.load_pem_public_key(text.encode())
+    if isinstance(public, rsa.RSAPublicKey):
+        return jwt.PyJWK(json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(public)), algorithm="RS256")
+    if isinstance(public, ec.EllipticCurvePublicKey):
+        return jwt.PyJWK(json.loads(jwt.algorithms.ECAlgorithm.to_jwk(public)), algorithm="ES256")
+    raise ValueError(f"a {type(public).__name__} is neither RSA nor EC")
