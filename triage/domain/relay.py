@@ -91,6 +91,13 @@ class RelayConfig(_Section):
     sources: list[ScoreSource] = Field(default_factory=_default_sources)
     #: a request body over this many bytes is refused (413)
     max_body_bytes: int = Field(default=64 * 1024, ge=256)
+    #: a request head (line and headers) over this many bytes is refused (431); one that takes
+    #: longer than `head_seconds` to arrive, and a body longer than `body_seconds`, 408
+    max_head_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
+    head_seconds: float = Field(default=10.0, gt=0, le=300)
+    body_seconds: float = Field(default=10.0, gt=0, le=300)
+    #: connections and requests at once; beyond, uvicorn answers 503
+    max_connections: int = Field(default=1000, ge=1)
     #: per client (token subject, named user, else address): sustained requests per second and burst
     rate_per_second: float = Field(default=20.0, gt=0)
     rate_burst: int = Field(default=40, ge=1)

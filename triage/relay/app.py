@@ -11,6 +11,7 @@ written, the same request may be sent again.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -164,6 +165,7 @@ class RelayApp:
         self.credentials = credentials
         config = relay.config if relay else None
         self.max_body = config.max_body_bytes if config else 64 * 1024
+        self.body_seconds = config.body_seconds if config else 10.0
         self.limiter = RateLimiter(
             config.rate_per_second if config else 20.0, config.rate_burst if config else 40, clock_now
         )
@@ -268,10 +270,14 @@ class RelayApp:
         if length is not None and length.isdigit() and int(length) > self.max_body:
             raise Problem(413, f"the body is over {self.max_body} bytes")
         data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > self.max_body:
-                raise Problem(413, f"the body is over {self.max_body} bytes")
+        try:
+            async with asyncio.timeout(self.body_seconds):  # a body trickled in holds no one for ever
+                async for chunk in request.stream():
+                    data += chunk
+                    if len(data) > self.max_body:
+                        raise Problem(413, f"the body is over {self.max_body} bytes")
+        except TimeoutError:
+            raise Problem(408, f"the body did not arrive within {self.body_seconds:g} s") from None
         return decode(bytes(data))
 
     def _limit(self, key: str) -> None:

@@ -23,6 +23,7 @@ VERDICTS = ("positive", "negative", "false_alarm")
 ISSUE_CATEGORIES = ("wrong_answer", "missing_info", "wrong_tool", "refused", "unsafe", "other")
 MAX_ID = 200
 MAX_COMMENT = 4000
+MAX_SCORE_NAME = 64  # as a declared score's name
 ANONYMOUS = f"{END_USER}anonymous"
 #: a JSON escape of a UTF-16 surrogate: only then can the decoded body hold text UTF-8 cannot encode
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -279,6 +280,8 @@ def parse_score(data: dict[str, Any]) -> ScoreIn:
     name = _id(data, "name")
     if name is None:
         raise Problem(400, "name is missing: the score's name")
+    if len(name) > MAX_SCORE_NAME:
+        raise Problem(400, f"name must be at most {MAX_SCORE_NAME} characters")
     if "value" not in data:
         raise Problem(400, "value is missing")
     return ScoreIn(

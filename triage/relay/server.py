@@ -14,10 +14,12 @@ from pathlib import Path
 import uvicorn
 
 from triage.domain.config import TriageConfig
+from triage.domain.relay import RelayConfig
 from triage.errors import ConfigError
 from triage.relay.app import Credentials, RelayApp
 from triage.relay.commits import Ledger
 from triage.relay.ledger import Op
+from triage.relay.protocol import limited
 from triage.relay.service import Relay
 from triage.relay.sinks import Sink
 from triage.relay.worker import Worker
@@ -125,9 +127,11 @@ def uvicorn_config(app: RelayApp, host: str, port: int, *, grace_seconds: float 
     """How the relay is served. uvicorn's own X-Forwarded-For handling is off: it believes any
     loopback peer (a sidecar proxy is one), so every client could pick its own rate bucket; the
     relay believes only its configured trusted proxies (`ratelimit.Proxies`)."""
+    limits = app.relay.config if app.relay is not None else RelayConfig()
     return uvicorn.Config(
         app.app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
         proxy_headers=False, server_header=False, timeout_graceful_shutdown=max(1, round(grace_seconds)),
+        http=limited(limits.max_head_bytes, limits.head_seconds), limit_concurrency=limits.max_connections,
     )  # fmt: skip
 
 

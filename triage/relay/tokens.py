@@ -90,7 +90,8 @@ def verify_token(key: str, token: str, now: float | None = None) -> Grant:
         payload, signature = token.removeprefix(PREFIX).split(".")
     except ValueError:
         raise TokenError("malformed feedback token") from None
-    if not hmac.compare_digest(_sign(key, payload), signature):
+    # bytes: `compare_digest` raises on a str with non-ASCII characters (a 500, before)
+    if not hmac.compare_digest(_sign(key, payload).encode(), signature.encode("utf-8", "replace")):
         raise TokenError("feedback token signature does not match")
     try:
         body = json.loads(_unb64(payload))

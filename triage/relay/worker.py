@@ -23,6 +23,8 @@ log = logging.getLogger("triage.relay")
 #: commits beside it, and small ones every quarter second delay them less than one a second did
 #: (bench/relay.py at 16 voters: p99 36-42 ms against 48-53 ms, interleaved runs)
 HOUSEKEEPING_SECONDS = 0.25
+#: the longest a sink's Retry-After is honoured (seconds)
+MAX_RETRY_AFTER = 60.0
 
 
 class Worker:
@@ -80,7 +82,9 @@ class Worker:
             if problem.permanent or (not problem.retryable and op.attempts + 1 >= self.max_attempts):
                 dead[op.seq] = str(problem)
             else:
-                wait = problem.wait if problem.wait is not None else self.backoff(op.attempts)
+                # a server's Retry-After is honoured up to a cap: one of a day parked a batch of
+                # acknowledged writes for a day
+                wait = min(problem.wait, MAX_RETRY_AFTER) if problem.wait is not None else self.backoff(op.attempts)
                 retry[op.seq] = (now + wait, str(problem))
         done = [op.seq for op in ops if op.seq not in failed]
         self.ledger.call(lambda tx: storage.settle(tx, done, retry, dead))

@@ -1,0 +1,101 @@
+"""Issue 26, item 3: nothing a client sends can hurt the relay (real HTTP, raw sockets)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+from tests.test_relay import relay_config, serving
+
+
+def raw(port: int, data: bytes, *, wait: float = 5.0) -> bytes:
+    """Send `data` on a fresh connection and read until the server closes it (or `wait` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as conn:
+        conn.sendall(data)
+        answer = b""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        return answer
+
+
+def test_a_head_over_the_limit_is_431_and_closed(tmp_path: Path) -> None:
+    config = relay_config(max_head_bytes=4096)
+    with serving(tmp_path, config=config) as (client, _):
+        port = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/"))
+        # an unfinished header of 64 KiB: refused once the head passes the limit, not held
+        answer = raw(port, b"POST /api/feedback HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 65536)
+        assert answer.startswith(b"HTTP/1.1 431")
+        # a full request whose headers are under the limit, with a body in the same packet, passes
+        body = b'{"traceId": "t", "value": "up", "comment": "' + b"c" * 3000 + b'"}'
+        ok = raw(port, b"POST /api/feedback HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+        assert ok.startswith(b"HTTP/1.1 200"), ok[:200]
+
+
+def test_a_half_sent_head_or_body_is_408_after_its_time(tmp_path: Path) -> None:
+    config = relay_config(head_seconds=0.5, body_seconds=0.5)
+    with serving(tmp_path, config=config) as (client, _):
+        port = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/"))
+        started = time.monotonic()
+        head = raw(port, b"POST /api/feedback HTTP/1.1\r\nHost: x\r\n", wait=5)
+        assert head.startswith(b"HTTP/1.1 408") and time.monotonic() - started < 4
+        silent = raw(port, b"", wait=5)  # connected, sends nothing: closed too
+        assert silent.startswith(b"HTTP/1.1 408")
+        body = raw(port, b"POST /api/feedback HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"traceId\":", wait=5)
+        assert body.startswith(b"HTTP/1.1 408") and b"body did not arrive" in body
+        # and the relay still answers everyone else
+        assert client.post("/api/feedback", json={"traceId": "t", "value": "up"}).status_code == 200
+
+
+def test_a_retry_after_of_a_day_is_capped(tmp_path: Path) -> None:
+    import asyncio
+
+    from tests.doubles.clock import VirtualClock
+    from tests.doubles.langfuse_server import LangfuseStandIn
+    from tests.test_relay_langfuse import sink_for
+    from triage.relay import ledger as storage
+    from triage.relay.commits import Ledger
+    from triage.relay.requests import parse_feedback
+    from triage.relay.service import Relay
+    from triage.relay.worker import MAX_RETRY_AFTER, Worker
+
+    clock = VirtualClock()
+    with LangfuseStandIn() as standin:
+        sink = sink_for(standin)
+        ledger = Ledger(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())
+        relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
+        worker = Worker(ledger, sink, clock, batch_wait=0)
+        asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "value": "up"}, max_text={}), "user:anonymous"))
+        standin.inject("429", seconds=86400, path="/api/public/scores")
+        assert worker.run_once() == 0
+        due = ledger.call(storage.due_in)
+        assert due is not None and due <= MAX_RETRY_AFTER
+        clock.sleep(due)
+        assert worker.run_once() == 1
+        ledger.close()
+
+
+def test_client_errors_that_were_500s_are_4xx_naming_the_field(tmp_path: Path) -> None:
+    from triage.relay.app import Credentials
+
+    config = relay_config(mode="monitor")
+    creds = Credentials(signing_key="signing-key-0123456789abcdef0123")
+    with serving(tmp_path, config=config, credentials=creds) as (client, _):
+        # a feedback token whose signature is not ASCII
+        token = "tfb1.eyJhIjoxfQ.sé".encode()  # bytes: a header is latin-1 to the server
+        vote = {"traceId": "t", "value": "up"}
+        bad_token = client.post("/api/feedback", json=vote, headers={"X-Feedback-Token": token})
+        assert bad_token.status_code == 401
+    with serving(tmp_path / "b", config=config) as (client, _):
+        long_name = client.post("/api/scores", json={"traceId": "t", "source": "ci", "name": "n" * 65, "value": 1})
+        assert long_name.status_code == 400 and "name must be at most 64" in long_name.json()["error"]
+        for body in ({"traceId": "t", "value": "up", "turn": "²"}, {"contextId": "c", "turn": "²", "value": "up"}):
+            assert client.post("/api/feedback", json=body).status_code == 400
