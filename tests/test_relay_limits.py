@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.test_relay import relay_config, serving
 
@@ -99,3 +100,58 @@ def test_client_errors_that_were_500s_are_4xx_naming_the_field(tmp_path: Path) -
         assert long_name.status_code == 400 and "name must be at most 64" in long_name.json()["error"]
         for body in ({"traceId": "t", "value": "up", "turn": "²"}, {"contextId": "c", "turn": "²", "value": "up"}):
             assert client.post("/api/feedback", json=body).status_code == 400
+
+
+def test_faults_are_told_truthfully(tmp_path: Path, monkeypatch: Any) -> None:
+    """Issue 26, item 4: while writes fail, /readyz is not ready (then tried again); a ledger that
+    cannot be opened is a configuration error; secrets in any form never reach /metrics."""
+    import sqlite3
+
+    import pytest
+
+    from triage import redact
+    from triage.errors import ConfigError
+    from triage.relay import ledger as storage
+    from triage.relay.server import relay_running
+    from triage.relay.sinks import StoreSink
+    from triage.sources.store import Store
+
+    with serving(tmp_path, config=relay_config(mode="monitor")) as (client, app):
+        assert client.get("/readyz").status_code == 200
+
+        def full(db: Any, params: Any) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        real = storage.store_rows
+        monkeypatch.setattr(storage, "store_rows", full)
+        assert client.post("/api/feedback", json={"traceId": "t", "value": "up"}).status_code == 503
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["status"] == "writes failing"
+        monkeypatch.setattr(storage, "store_rows", real)
+        assert client.post("/api/feedback", json={"traceId": "t", "value": "up"}).status_code == 200
+        assert client.get("/readyz").status_code == 200
+        # a monitor-mode score name that is a secret, or its base64 (a proxy echoing Basic auth)
+        import base64
+
+        secret = "sk-lf-0123456789abcdef"
+        redact.configure([secret, f"pk-lf-public:{secret}"])
+        try:
+            basic = base64.b64encode(f"pk-lf-public:{secret}".encode()).decode()
+            for name in (secret[:60], basic[:60]):
+                client.post("/api/scores", json={"traceId": "t", "source": "ci", "name": name, "value": 1})
+            page = client.get("/metrics").text
+            assert secret not in page and basic[:40] not in page
+        finally:
+            redact.configure([])
+    (tmp_path / "not-a-folder").write_text("x")
+    sink = StoreSink(Store(tmp_path / "s.sqlite"))
+    with pytest.raises(ConfigError, match="cannot be opened"):
+        with relay_running(relay_config(), sink, tmp_path / "not-a-folder" / "relay.sqlite", _open()):
+            pass
+    sink.close()
+
+
+def _open() -> Any:
+    from triage.relay.app import Credentials
+
+    return Credentials()

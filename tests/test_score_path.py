@@ -62,6 +62,10 @@ def test_a_lone_surrogate_is_400_naming_the_field(http: httpx.Client, tmp_path: 
         answer = client.post("/api/feedback", content=body, headers={"content-type": "application/json"})
         assert answer.status_code == 400, body
         assert answer.json()["error"].startswith(field) and "surrogate" in answer.json()["error"]
+    # the surrogate as raw bytes (CESU-8), which json.loads of bytes would let through
+    raw = b'{"traceId": "t", "value": "down", "comment": "cut \xed\xa0\xbd"}'
+    answer = client.post("/api/feedback", content=raw, headers={"content-type": "application/json"})
+    assert answer.status_code == 400 and "not UTF-8" in answer.json()["error"]
     # a whole emoji, escaped as its surrogate pair, is text
     whole = b'{"traceId": "t", "value": "down", "comment": "ok \\ud83d\\ude00"}'
     assert client.post("/api/feedback", content=whole, headers={"content-type": "application/json"}).status_code == 200

@@ -1,7 +1,8 @@
 """What leaves the process: no secret, whatever message carries it; no control character.
 
 Two nets: the known secret values (the settings' keys and tokens, configured once by the CLI, in
-every form a library may print them: as is, stripped, `repr`-escaped, JSON-escaped) and patterns
+every form a library may print them: as is, stripped, `repr`-escaped, JSON-escaped, base64, and
+the Langfuse key pair as HTTP Basic sends it) and patterns
 that look like credentials whatever their origin (a bearer token, an OpenAI or Langfuse key, an
 `api_key=` pair). Applied to every line the job logs, every reason it lists or reports, and every
 error it prints.
@@ -9,6 +10,7 @@ error it prints.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import unicodedata
@@ -41,6 +43,11 @@ class Redactor:
                 forms.add(repr(value)[1:-1])  # "tok\n" printed inside a repr: tok\\n
                 forms.add(json.dumps(value)[1:-1])
                 forms.add(repr(value.encode())[2:-1])  # inside a bytes repr: b'Bearer tok\n'
+                # base64, as a proxy echoes an Authorization: Basic header (pk:sk) or a library
+                # prints a key it encoded: padded and not, standard and URL-safe alphabets
+                for encoded in (base64.b64encode(value.encode()), base64.urlsafe_b64encode(value.encode())):
+                    text = encoded.decode()
+                    forms.update({text, text.rstrip("=")})
         # longest first, so a value is masked whole before any shorter form inside it
         self.values = sorted(forms, key=len, reverse=True)
 

@@ -127,4 +127,8 @@ class Settings(BaseSettings):
             self.triage_relay_token,
             self.triage_relay_signing_key,
         ]
-        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        if self.langfuse_public_key and self.langfuse_secret_key:
+            # the pair as HTTP Basic carries it (a proxy echoing the header shows its base64)
+            found.append(f"{self.langfuse_public_key}:{self.langfuse_secret_key.get_secret_value()}")
+        return found

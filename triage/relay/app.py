@@ -404,8 +404,10 @@ class RelayApp:
             return _json(503, {"status": "no store configured"})
         pending, dead, lag = self.relay.outbox_depth()
         reachable = self.relay.sink.reachable() if self.relay.sink.inline else True
+        failing = self.relay.writes_failing()
+        ready = reachable and not failing
         body: dict[str, Any] = {
-            "status": "ok" if reachable else "store unreachable",
+            "status": "ok" if ready else "store unreachable" if not reachable else "writes failing",
             "store": self.relay.sink.name,
             "outbox": {"pending": pending, "set_aside": dead, "oldest_seconds": lag},
         }
@@ -417,7 +419,7 @@ class RelayApp:
             body["delivery"] = {
                 "last_error": self.relay.worker.last_error and _clean(self.relay.worker.last_error)
             }
-        return _json(200 if reachable else 503, body)
+        return _json(200 if ready else 503, body)
 
     async def metrics_page(self, request: Request) -> Response:
         if self.relay is None:
@@ -432,6 +434,10 @@ class RelayApp:
             gauges["relay_delivered_total"] = (
                 "operations delivered by the worker",
                 float(self.relay.worker.delivered),
+            )
+            gauges["relay_housekeeping_failures_total"] = (
+                "WAL checkpoints of the store or the ledger that failed",
+                float(self.relay.worker.housekeeping_failures),
             )
         requests = getattr(self.relay.sink, "requests", None)
         if requests is not None:

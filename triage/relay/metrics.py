@@ -5,10 +5,14 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+from triage.redact import printable, redact
+
 
 def _labels(labels: tuple[tuple[str, str], ...]) -> str:
     if not labels:
         return ""
+    # label values can come from clients (a monitor-mode score name): never a secret, never a control
+    labels = tuple((k, printable(redact(v))) for k, v in labels)
     inner = ",".join(f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"' for k, v in labels)
     return "{" + inner + "}"
 

@@ -1,9 +1,9 @@
 """Request bodies to what they ask for (pure): the answer, the vote, the verdict, the named people.
 
-Accepts the Kubeflow docs agent's form as it is (`{"contextId", "turn", "value": "up"|"down",
-"comment"}`), triage's own camelCase names and their snake_case spellings, and K2View's 1-based
-`turnNumber`. A malformed body or a missing id is a 400 naming the field; a value of the wrong
-kind for its score is a 422.
+Accepts a chat form (`{"contextId", "turn", "value": "up"|"down", "comment"}`, modelled on the
+Kubeflow docs agent's feedback design; its widget sends no votes yet), triage's own camelCase names
+and their snake_case spellings, and K2View's 1-based `turnNumber`. A malformed body or a missing id
+is a 400 naming the field; a value of the wrong kind for its score is a 422.
 """
 
 from __future__ import annotations
@@ -122,7 +122,9 @@ def decode(body: bytes) -> dict[str, Any]:
     if not body.strip():
         raise Problem(400, "the body is empty: expected a JSON object")
     try:
-        data = json.loads(body)
+        # decoded here, strictly: `json.loads` of bytes decodes with `surrogatepass`, so a surrogate
+        # sent as raw (CESU-8) bytes would pass as text
+        data = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise Problem(400, "the body is not UTF-8 text") from None
     except ValueError as ex:

@@ -6,6 +6,7 @@ import gc
 import ipaddress
 import logging
 import signal
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -76,7 +77,10 @@ def relay_running(
     """The app with its ledger open and (for an outbox-delivered sink) its worker running."""
     clock = clock or current_clock()
     now = lambda: clock.now().timestamp()  # noqa: E731
-    ledger = Ledger(outbox, now=now, after_commit=_inline(sink) if sink.inline else None)
+    try:
+        ledger = Ledger(outbox, now=now, after_commit=_inline(sink) if sink.inline else None)
+    except (sqlite3.Error, OSError) as ex:  # a path it cannot open, a file that is no ledger
+        raise ConfigError(f"the relay's ledger {outbox} cannot be opened: {ex} (check TRIAGE_RELAY_OUTBOX)") from None
     worker = Worker(
         ledger,
         sink,

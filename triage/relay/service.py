@@ -94,6 +94,8 @@ class Relay:
         #: field name -> score name (the verdict's name is the calibration config's)
         self.names = {"verdict": verdict_score, **{f: f for f in VERDICT_FIELDS}}
         self._depth: tuple[int, int, float | None] | None = None
+        #: when the last write the ledger could not commit was refused; None once one succeeds
+        self.write_failed_at: float | None = None
         self._undeclared: set[str] = set()
         self._undeclared_sources: set[str] = set()
         self._depth_at = 0.0
@@ -128,10 +130,12 @@ class Relay:
         except LedgerDown as ex:
             # never around the ledger: a write it did not keep is no write (the client retries;
             # the same request then lands once, with the same id and timestamp)
+            self.write_failed_at = self.clock.monotonic()
             self.metrics.inc("relay_outcomes_total", outcome="refused_ledger_down")
             raise Problem(
                 503, f"not written: the relay's ledger cannot commit ({ex}); try again", {"Retry-After": "5"}
             ) from None
+        self.write_failed_at = None
         if durable == "store":
             self.metrics.inc("relay_outcomes_total", outcome="stored")
             return result, "store"
@@ -362,6 +366,13 @@ class Relay:
                 item["scores"][row.name] = body.value
             item["updatedAt"] = max(item["updatedAt"], row.updated_at)
         return list(groups.values())
+
+    def writes_failing(self, within: float = 30.0) -> bool:
+        """Whether the last write failed less than `within` seconds ago (readiness: a replica whose
+        disk is full takes no traffic for a while, then is tried again: not-ready for good would
+        leave a single replica out of service even once the disk has room)."""
+        failed = self.write_failed_at
+        return failed is not None and self.clock.monotonic() - failed < within
 
     def outbox_depth(self, fresh: bool = True) -> tuple[int, int, float | None]:
         """(undelivered, set aside, oldest's age); for the write path, read at most every half second."""
