@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.doubles.langfuse_server import LangfuseStandIn, iso
+from triage.domain.conversations import TraceRef
 from triage.domain.scores import ScoreBody, score_id
 from triage.errors import ConfigError, LangfuseError
 from triage.sources.langfuse.backend import LangfuseBackend
@@ -117,6 +118,11 @@ def session_vote(vote_id: str, session_id: str, turn: int, at: datetime) -> dict
         "timestamp": iso(at),
     }
     return {"traceId": None, "observations": [], "scores": [score]}
+
+
+def ids(sessions: dict[str, list[TraceRef]]) -> dict[str, list[str]]:
+    """Each session's trace ids, in the order read."""
+    return {s: [t.trace_id for t in traces] for s, traces in sessions.items()}
 
 
 def layer_score(trace_id: str, value: str = "retrieval", *, rule: str = "1") -> ScoreBody:
@@ -228,11 +234,13 @@ def test_session_votes_and_turns_that_arrive_after_the_vote(server: LangfuseStan
         votes = backend.votes("user_feedback", *WINDOW).votes
         assert [(v.session_id, v.turn, v.trace_id) for v in votes] == [("s1", 2, None)]
         early = backend.session_traces(["s1", "s2", "empty"])
-        assert early == {"s1": ["s1-b", "s1-a"], "s2": ["s2-only"], "empty": []}
+        assert ids(early) == {"s1": ["s1-b", "s1-a"], "s2": ["s2-only"], "empty": []}
+        # with their start times: a vote without a turn is placed by them
+        assert [t.start_time for t in early["s1"]] == [base, base + timedelta(minutes=2)]
         # turn 2 (0-based) lands later; an earlier-started trace in another session changes nothing
         server.load([trace("s1-c", start=base + timedelta(minutes=5), session_id="s1", vote=None)])
         late = backend.session_traces(["s1"])
-    assert late == {"s1": ["s1-b", "s1-a", "s1-c"]}
+    assert ids(late) == {"s1": ["s1-b", "s1-a", "s1-c"]}
     reads = server.requests("/v2/observations")
     assert len(reads) == 2  # one request per call, sessions batched in one filter
     condition = json.loads(reads[0].query["filter"][0])
@@ -298,7 +306,8 @@ def test_legacy_server_reads_traces_and_sessions_through_the_old_api() -> None:
     assert len(v2) == 1 and v2[0].status == 404  # detected once per run
     assert [r.path for r in legacy] == [f"/api/public/traces/{t}" for t in ("a", "b", "missing", "a")]
     assert found["missing"] == []
-    assert sessions == {"s": ["b", "a"]}
+    assert ids(sessions) == {"s": ["b", "a"]}
+    assert sessions["s"][0].start_time == NOW - timedelta(hours=3)
     for t in ("a", "b"):
         got = {o.id: (o.input, o.output, o.parent_observation_id, o.type) for o in found[t]}
         want = {o.id: (o.input, o.output, o.parent_observation_id, o.type) for o in expected[t]}

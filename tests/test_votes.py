@@ -127,7 +127,8 @@ def test_a_trace_vote_joins_its_session_and_a_sessionless_trace_is_its_own_conve
         Vote(id="4", value=0, timestamp=at),  # on nothing: left out, as feedback lists it as bad input
         Vote(id="5", trace_id="b", value=-1, timestamp=at),  # not a vote the store could read
     ]
-    found = {c.id: c for c in group_conversations(refs, votes, {"s": ["a", "x"]})}
+    session = [TraceRef(trace_id=t, session_id="s") for t in ("a", "x")]
+    found = {c.id: c for c in group_conversations(refs, votes, {"s": session})}
     assert (found["s"].up, found["s"].down, found["s"].notes, found["s"].traces) == (1, 1, 1, 2)
     assert (found["b"].kind, found["b"].up, found["b"].down, found["b"].traces) == ("trace", 1, 0, 1)
     assert set(found) == {"s", "b"}
@@ -213,6 +214,7 @@ def test_the_table_renders_as_a_table(store_env: dict[str, str]) -> None:
 
 
 def test_an_empty_window_is_an_empty_table(tmp_path: Path) -> None:
+    Store(tmp_path / "empty.sqlite").close()  # a store with nothing in it (a missing one is an error)
     env = {"TRIAGE_STORE": str(tmp_path / "empty.sqlite"), "LANGFUSE_PUBLIC_KEY": "", "LANGFUSE_SECRET_KEY": ""}
     result = invoke(env)
     assert result.exit_code == 0

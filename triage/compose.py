@@ -55,7 +55,9 @@ def _langfuse_keys(settings: Settings) -> tuple[str, str]:
 
 
 @contextmanager
-def open_backend(settings: Settings, budget: Budget | None = None) -> Iterator[Backend]:
+def open_backend(settings: Settings, budget: Budget | None = None, *, reads_only: bool = False) -> Iterator[Backend]:
+    """Langfuse, or the embedded store. `reads_only`: a command that writes nothing never creates a
+    store, so a mistyped TRIAGE_STORE is a configuration error naming it, not an empty store."""
     if settings.uses_langfuse:
         public_key, secret_key = _langfuse_keys(settings)
         from triage.sources.langfuse.backend import LangfuseBackend
@@ -73,7 +75,8 @@ def open_backend(settings: Settings, budget: Budget | None = None) -> Iterator[B
             yield backend
         return
     # the default location may be new on this machine; a folder named in TRIAGE_STORE must exist
-    with Store(settings.triage_store or default_store_path(), create_folder=settings.triage_store is None) as store:
+    path = settings.triage_store or default_store_path()
+    with Store(path, create_folder=settings.triage_store is None, create=not reads_only) as store:
         yield store
 
 
@@ -199,7 +202,7 @@ def calibrate(settings: Settings, config: TriageConfig, options: CalibrateOption
     """The one core call behind `triage calibrate`: the store is opened only when it is read."""
     if not options.needs_store:
         return calibrate_from(None, config, options)
-    with open_backend(settings, Budget(settings.triage_retry_budget_seconds)) as backend:
+    with open_backend(settings, Budget(settings.triage_retry_budget_seconds), reads_only=True) as backend:
         return calibrate_from(backend, config, options, link=backend.trace_url)
 
 
@@ -224,7 +227,7 @@ def promote(
 
 def votes(settings: Settings, config: TriageConfig, options: VotesOptions) -> ConversationList:
     """The one core call behind `triage votes`."""
-    with open_backend(settings, Budget(settings.triage_retry_budget_seconds)) as backend:
+    with open_backend(settings, Budget(settings.triage_retry_budget_seconds), reads_only=True) as backend:
         return list_conversations(backend, backend, config.scores.vote, options)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from triage.domain.conversations import TraceRef
 from triage.domain.ports import SearchMore, SourceStats
 from triage.domain.records import (
     Facts,
@@ -317,18 +318,26 @@ class FakeSource:
 
     # -- TraceSource --------------------------------------------------------------------------
 
-    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[TraceRef]]:
         self._call("session_traces", tuple(session_ids))
-        if self._sessions is not None:
-            return {s: list(self._sessions.get(s, [])) for s in session_ids}
+        roots: dict[str, datetime] = {}  # trace id -> its root's start
         starts: dict[str, dict[str, datetime]] = {s: {} for s in session_ids}
         for trace_id, observations in self._observations.items():
             for obs in observations:
-                if obs.parent_observation_id is None and obs.session_id in starts:
-                    traces = starts[obs.session_id]
-                    traces[trace_id] = min(obs.start_time, traces.get(trace_id, obs.start_time))
+                if obs.parent_observation_id is None:
+                    roots[trace_id] = min(obs.start_time, roots.get(trace_id, obs.start_time))
+                    if obs.session_id in starts:
+                        starts[obs.session_id][trace_id] = roots[trace_id]
+        if self._sessions is not None:  # the order given; a start where the trace's root is known
+            return {
+                s: [TraceRef(trace_id=t, session_id=s, start_time=roots.get(t)) for t in self._sessions.get(s, [])]
+                for s in session_ids
+            }
         return {
-            s: [t for t, _ in sorted(traces.items(), key=lambda kv: (kv[1], kv[0]))]
+            s: [
+                TraceRef(trace_id=t, session_id=s, start_time=start)
+                for t, start in sorted(traces.items(), key=lambda kv: (kv[1], kv[0]))
+            ]
             for s, traces in starts.items()
         }
 

@@ -87,7 +87,8 @@ def _slug(judge: str) -> str:
 def _raw_labels(path: Path) -> dict[str, dict[str, Any]]:
     """Each trace's label line as written (for the component and the replayed facts)."""
     out: dict[str, dict[str, Any]] = {}
-    for _, line in jsonl.lines(path.read_text(encoding="utf-8")):
+    # bytes, as labels_from_file reads them: a line that is not UTF-8 is that line's problem alone
+    for _, line in jsonl.lines(path.read_bytes()):
         try:
             record = jsonl.parse(line)
         except ValueError:
@@ -236,7 +237,7 @@ def evaluate(eval_set: EvalSet, config: TriageConfig, options: EvalOptions, env:
     eval_set.check()
     if not options.judges:
         raise UsageError("name at least one judge")
-    labels, _bad = labels_from_file(eval_set.labels)
+    labels, bad_labels = labels_from_file(eval_set.labels)
     raw = _raw_labels(eval_set.labels)
     # where the trace proves the agent never searched, the rule reads no judged fact: a set's
     # complete facts there are no test of a judge (the engine does not even ask one)
@@ -252,4 +253,4 @@ def evaluate(eval_set: EvalSet, config: TriageConfig, options: EvalOptions, env:
         for judge in options.judges:
             run = _run_judge(judge, eval_set, raw, config, options, env, work)
             runs += [_one_split(run, split, labels, raw, config) for split in wanted]
-    return EvalReport(set=str(eval_set.folder), runs=runs)
+    return EvalReport(set=str(eval_set.folder), runs=runs, bad_labels=bad_labels)

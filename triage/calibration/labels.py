@@ -92,8 +92,10 @@ def labels_from_file(path: Path) -> tuple[list[Label], list[BadLabel]]:
         where = f"{path.name}:{number}"
         try:
             record = jsonl.parse(line)
-        except ValueError as ex:  # not JSON, not UTF-8, or too deep
-            bad.append(BadLabel(where=where, reason=f"not a JSON object: {str(ex)[:120]}"))
+        except ValueError as ex:  # not JSON, not UTF-8, too deep, or a lone surrogate (jsonl.parse says which)
+            undecodable = isinstance(ex, json.JSONDecodeError | UnicodeDecodeError)
+            reason = f"not a JSON object: {str(ex)[:120]}" if undecodable else str(ex)
+            bad.append(BadLabel(where=where, reason=reason))
             continue
         try:
             labels.append(_label_from_record(record, where))

@@ -165,3 +165,5 @@ class EvalRun(_Record):
 class EvalReport(_Record):
     set: str
     runs: list[EvalRun]
+    #: label lines set aside, with their reasons, as `triage calibrate` lists them
+    bad_labels: list[BadLabel] = Field(default_factory=list)

@@ -3,17 +3,21 @@
 A conversation is a session; a trace without a session is a conversation of its own. Its counts are
 the votes of the window on it (a vote on a session, or on one of its traces), with or without a
 note (the vote's comment), and how many traces it has.
+
+`rated_trace` is the one rule for which answer a vote on a session rates (the job triages that trace).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.domain.records import Vote
+from triage.domain.scores import iso_ms
 from triage.domain.votes import BadVote
 
 #: the newest comments a conversation row keeps (the rest stay in the store)
@@ -28,6 +32,38 @@ class TraceRef(BaseModel):
     trace_id: str
     session_id: str | None = None
     start_time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPending:
+    """A session vote whose rated trace has not arrived (yet), and why: listed, never dropped."""
+
+    reason: str
+
+
+def rated_trace(vote: Vote, session: Sequence[TraceRef]) -> str | TurnPending:
+    """The trace a vote on a session rates, given the session's traces in start order.
+
+    With a turn (0-based, in its metadata): the session's `turn`-th trace. Without one: the latest
+    trace that started at or before the vote's timestamp (Hopsworks' rule: a vote on a conversation
+    rates its latest turn at the vote's time); a trace started after the vote answers a later
+    question, so it is never the one rated. Either way, while that trace is not there (Langfuse
+    ingests traces late) the vote is pending.
+    """
+    if vote.turn is not None:
+        if vote.turn < len(session):
+            return session[vote.turn].trace_id
+        return TurnPending(
+            f"session {vote.session_id} has {len(session)} trace(s) so far; turn {vote.turn} has not arrived"
+        )
+    # (start, id): the session's own order, whatever order the traces came in
+    started = [(t.start_time, t.trace_id) for t in session if t.start_time and t.start_time <= vote.timestamp]
+    if started:
+        return max(started)[1]
+    return TurnPending(
+        f"session {vote.session_id} has no trace started by its vote at {iso_ms(vote.timestamp)} so far; "
+        "without a turn, a vote rates the latest answer at its time"
+    )
 
 
 class Conversation(BaseModel):
@@ -78,7 +114,7 @@ def vote_direction(vote: Vote) -> Literal["up", "down"] | None:
 def group_conversations(
     traces: Iterable[TraceRef],
     votes: Iterable[Vote],
-    session_traces: Mapping[str, list[str]],
+    session_traces: Mapping[str, Sequence[TraceRef]],
 ) -> list[Conversation]:
     """One row per conversation that started in the window or has a vote in it.
 
@@ -134,7 +170,7 @@ def group_conversations(
             known = session_traces.get(conversation.id) or []
             conversation.traces = len(known) or sum(1 for r in refs.values() if r.session_id == conversation.id)
             if conversation.first_trace is None and known:
-                conversation.first_trace = known[0]
+                conversation.first_trace = known[0].trace_id
         else:
             conversation.traces = 1
         newest = sorted(comments.get(conversation.id, []), reverse=True)

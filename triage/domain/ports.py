@@ -56,8 +56,10 @@ class VoteSource(Protocol):
 
 
 class TraceSource(Protocol):
-    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
-        """For each session, its trace ids ordered by the start time of their root observations."""
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[TraceRef]]:
+        """For each session, its traces with the start time of their root observations, in that
+        order (ties by id): a turn indexes it, a vote without one is placed by time
+        (`conversations.rated_trace`)."""
         ...
 
     def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:

@@ -116,8 +116,8 @@ def read_vote(
 
     A trace wins over a session; `turn` (the session's 0-based answer, from the score's metadata)
     is read on session votes only, strictly (`parse_turn`: ASCII digits, at most `MAX_TURN`). A
-    session vote without a turn stays a vote: the job lists it (`engine.sessions`), the review view
-    counts it on its session.
+    session vote without a turn is a vote too: it rates the session's latest answer at its time
+    (`conversations.rated_trace`), and the review view counts it on its session.
     """
     ident, trace, session = _text(vote_id), _text(trace_id), _text(session_id)
     number = _number(value)

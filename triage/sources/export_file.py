@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from triage import jsonl
 from triage.domain.records import Observation
 from triage.domain.scores import iso_ms as iso
+from triage.domain.votes import quoted
 from triage.errors import InputError
 
 OBS_FIELDS = (
@@ -25,6 +26,10 @@ OBS_FIELDS = (
 SCORE_FIELDS = (
     "id name value stringValue dataType traceId sessionId observationId comment metadata userId timestamp "
     "source environment createdAt updatedAt"
+).split()
+#: the score fields stored as the file has them, as text (value, the times and metadata are read)
+SCORE_TEXT = (
+    "id name stringValue dataType traceId sessionId observationId comment userId source environment createdAt"
 ).split()
 
 
@@ -46,14 +51,13 @@ def _as_raw(value: Any) -> str | None:
 
 
 def vote_span(traces_file: Path) -> tuple[datetime, datetime]:
-    """The oldest and the newest vote time of an import file."""
+    """The oldest and the newest vote time of an import file (its lines read as `read_export` reads them)."""
     stamps = []
-    for number, line in jsonl.lines(traces_file.read_text(encoding="utf-8")):
+    for number, line in enumerate(export_lines(traces_file), start=1):
+        if not line.strip():
+            continue
         where = f"{traces_file}, line {number}"
-        try:
-            row = jsonl.parse(line)
-        except ValueError as ex:
-            raise InputError(f"{where}: not JSON: {ex}") from None
+        row = _parse_line(line, where)
         scores = row.get("scores") if isinstance(row, dict) else None
         for score in scores if isinstance(scores, list) else []:
             stamps.append(parse_stamp(score.get("timestamp") if isinstance(score, dict) else None, where))
@@ -98,6 +102,17 @@ def export_lines(path: Path) -> list[str]:
     return lines
 
 
+def _parse_line(line: str, where: str) -> Any:
+    """One line's value (`jsonl.parse`: not too deep, no lone surrogate, which SQLite could not
+    store); `InputError` naming `where` and why."""
+    try:
+        return jsonl.parse(line)
+    except json.JSONDecodeError as ex:
+        raise InputError(f"{where}: not JSON: {ex}") from None
+    except ValueError as ex:
+        raise InputError(f"{where}: {ex}") from None
+
+
 def read_export(lines: Sequence[str], source: str, shift: timedelta = timedelta(0)) -> Export:
     """Every row of an export, checked; `InputError` naming the line for the first bad one.
     `shift` moves every time by the same amount (the demo stamps its votes relative to now)."""
@@ -108,12 +123,7 @@ def read_export(lines: Sequence[str], source: str, shift: timedelta = timedelta(
         if not line.strip():
             continue
         where = f"{source}, line {number}"
-        try:
-            row = json.loads(line)
-        except ValueError as ex:
-            raise InputError(f"{where}: not JSON: {ex}") from ex
-        except RecursionError:
-            raise InputError(f"{where}: JSON nested too deeply to read") from None
+        row = _parse_line(line, where)
         if not isinstance(row, dict):
             raise InputError(f"{where}: expected an object with observations and scores")
         trace_id = row.get("traceId")
@@ -162,7 +172,15 @@ def observation_row(obs: Any, trace_id: Any, where: str, shift: timedelta) -> di
     return row
 
 def score_row(score: Any, where: str, shift: timedelta) -> dict[str, Any]:
-    if not isinstance(score, dict) or not score.get("id") or not score.get("name"):
+    if not isinstance(score, dict):
+        raise InputError(f"{where}: a score must be an object")
+    for name in SCORE_TEXT:
+        # a TEXT column: SQLite refuses an object or a list, and stores a number where every
+        # reader expects text (a vote whose comment is 7 would be bad input on every night)
+        if score.get(name) is not None and not isinstance(score[name], str):
+            what = f"score {score['id']!r}" if isinstance(score.get("id"), str) else "a score"
+            raise InputError(f"{where}: {what}: {name} must be text or null, not {quoted(score[name])}")
+    if not score.get("id") or not score.get("name"):
         raise InputError(f"{where}: a score needs at least an id and a name")
     if not score.get("traceId") and not score.get("sessionId"):
         raise InputError(f"{where}: score {score['id']!r} is on neither a trace nor a session")

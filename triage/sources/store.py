@@ -72,16 +72,24 @@ _UPSERT_SCORE = (
 class Store(DatasetTables):
     """A SQLite file (or `:memory:`): a vote source, trace source and score sink (`Backend`)."""
 
-    def __init__(self, path: Path | str, *, create_folder: bool = True) -> None:
+    def __init__(self, path: Path | str, *, create_folder: bool = True, create: bool = True) -> None:
         """Opens (or creates) the store. `create_folder=False`: a missing folder is an error (a
-        mistyped TRIAGE_STORE must not quietly become an empty store that reports 0 votes)."""
+        mistyped TRIAGE_STORE must not quietly become an empty store that reports 0 votes).
+        `create=False`, for a command that only reads: a missing file is an error too, naming it."""
         self.path = str(path)
         self.stats = SourceStats()  # stays at 0: an embedded store makes no requests
         if self.path != ":memory:":
+            if not create and not Path(self.path).is_file():
+                raise ConfigError(
+                    f"there is no embedded store at {self.path} (check TRIAGE_STORE; `triage import` makes one)"
+                )
             folder = Path(self.path).parent
             if not folder.is_dir() and not create_folder:
                 raise ConfigError(f"the embedded store's folder does not exist: {folder} (check TRIAGE_STORE)")
-            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as ex:  # read-only, not a folder, no permission: configuration, exit 3
+                raise ConfigError(f"the embedded store's folder {folder} cannot be made: {ex.strerror or ex}") from None
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False)
             self._db.row_factory = sqlite3.Row
@@ -197,19 +205,24 @@ class Store(DatasetTables):
             environment=row["environment"],
         )
 
-    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
-        found: dict[str, list[str]] = {s: [] for s in session_ids}
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[TraceRef]]:
+        found: dict[str, list[TraceRef]] = {s: [] for s in session_ids}
         if not session_ids:
             return found
         with self._lock:
             rows = self._db.execute(
                 f"SELECT sessionId, traceId, min(startTime) AS started FROM observations "
                 f"WHERE sessionId IN ({', '.join('?' * len(session_ids))}) AND parentObservationId IS NULL "
-                f"GROUP BY sessionId, traceId ORDER BY sessionId, started",
+                f"GROUP BY sessionId, traceId ORDER BY sessionId, started, traceId",
                 list(session_ids),
             ).fetchall()
         for row in rows:
-            found[row["sessionId"]].append(row["traceId"])
+            try:
+                started: datetime | None = stored_time(row["started"], "its start")
+            except ValueError:  # a row another tool left: still in its place, never placed by time
+                started = None
+            session = row["sessionId"]
+            found[session].append(TraceRef(trace_id=row["traceId"], session_id=session, start_time=started))
         return found
 
     def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:

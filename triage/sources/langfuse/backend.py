@@ -119,7 +119,7 @@ class LangfuseBackend:
 
     # -- TraceSource ----------------------------------------------------------------------------
 
-    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[TraceRef]]:
         return self._traces.session_traces(session_ids)
 
     def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:

@@ -172,7 +172,7 @@ class TraceReads:
                 out[obs.id] = obs
         return list(out.values())
 
-    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+    def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[TraceRef]]:
         ids = list(dict.fromkeys(session_ids))
         starts: dict[str, dict[str, datetime]] = {s: {} for s in ids}
         for chunk in chunks(ids, SESSIONS_PER_READ):
@@ -198,7 +198,10 @@ class TraceReads:
             for session_id in ids:
                 starts[session_id] = self._legacy_session(session_id)
         return {
-            s: [t for t, _ in sorted(traces.items(), key=lambda kv: (kv[1], kv[0]))]
+            s: [
+                TraceRef(trace_id=t, session_id=s, start_time=start)
+                for t, start in sorted(traces.items(), key=lambda kv: (kv[1], kv[0]))
+            ]
             for s, traces in starts.items()
         }
 
