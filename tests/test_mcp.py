@@ -223,7 +223,9 @@ async def test_stdio_command_that_cannot_start_is_a_search_error(tmp_path: Path)
 async def test_server_dying_mid_run_fails_calls_not_the_caller() -> None:
     proc, url = _start_http_server()
     try:
-        async with McpSearcher(url=url, tools=TOOLS, timeout=5.0) as searcher:
+        # renewing the session waits in virtual time (tests/test_search_survives.py has the rest)
+        clock = VirtualClock()
+        async with McpSearcher(url=url, tools=TOOLS, timeout=5.0, retry=MCP_RETRY.with_(clock=clock)) as searcher:
             assert await searcher.search("katib", "docs", 1)
             _stop(proc)
             with pytest.raises(SearchError):

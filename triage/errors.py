@@ -6,6 +6,7 @@
     └── SourceError          an outside system failed                           (exit 1)
         ├── LangfuseError    the Langfuse API
         ├── SearchError      the MCP search server or the embedded index
+        │   └── SearchSuspended  not asked: its collection's backend keeps failing alike
         └── JudgeError       the LLM judge
             └── JudgeRejected  the judge answered, but its output failed verification
 
@@ -85,6 +86,15 @@ class LangfuseError(SourceError):
 
 class SearchError(SourceError):
     """The search server (MCP) or the embedded index failed."""
+
+
+class SearchSuspended(SearchError):
+    """A search not made: its collection's backend failed the same way several times in a row, so
+    the searcher stops asking it for a while (`triage.search.breaker`)."""
+
+    def __init__(self, collection: str, reason: str) -> None:
+        super().__init__(reason)
+        self.collection = collection
 
 
 class JudgeError(SourceError):

@@ -20,13 +20,15 @@ async def open_searcher(
     searcher: AbstractAsyncContextManager[Searcher] | None,
 ) -> AsyncIterator[tuple[Searcher | None, str | None]]:
     """Enter the searcher: (searcher, None), or (None, why) when there is none or it cannot be
-    reached; then the run goes on without re-search (degraded). Refused credentials end the run."""
+    reached; then the run goes on without re-search (degraded). What the first contact finds wrong
+    with the configuration (a refused token, nothing at the MCP path, a tool the server lacks) is a
+    `ConfigError`: it ends the run (exit 3) before any trace is judged."""
     if searcher is None:
         yield None, "no search configured"
         return
     try:
         entered = await searcher.__aenter__()
-    except SearchError as ex:  # a refused token (ConfigError) is not: it ends the run
+    except SearchError as ex:  # a ConfigError is not: it ends the run
         log.warning("search unavailable: %s", ex, extra={"event": "search_unavailable"})
         yield None, str(ex)
         return

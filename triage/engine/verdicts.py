@@ -119,11 +119,13 @@ class VerdictMaker:
         )
         research: list[Passage] | None = None
         search_problem = self.search_down
+        unsearched: dict[str, str] = {}
         judge = self.judge if trace.searched else self.no_search_judge
         async with self.gate:
             if judge.needs_research and self.researcher is not None and trace.searched:
                 try:
-                    research = await self.researcher.research(trace, comment)
+                    found = await self.researcher.research_all(trace, comment)
+                    research, unsearched = found.passages, found.unavailable
                 except SearchError as ex:
                     search_problem = str(ex)
             try:
@@ -134,6 +136,12 @@ class VerdictMaker:
             except JudgeError as ex:
                 self.ledger.skip(votes, trace.id, "unavailable", f"judge unavailable: {ex}", trace.question)
                 return None
+        if unsearched and facts.index_has_answer is False:
+            # "nothing in the index holds it" needs every collection searched: with one down (its
+            # breaker open) the fact is unknown, and a trace whose layer needs it is listed
+            evidence = {name: held for name, held in facts.evidence.items() if name != "index_has_answer"}
+            facts = facts.model_copy(update={"index_has_answer": None, "evidence": evidence})
+            search_problem = "; ".join(f"the {c} collection: {why}" for c, why in unsearched.items())
         if not trace.answer.strip():
             facts = empty_answer_facts(facts)
         facts = bounded(decided_by(facts, judge.name))

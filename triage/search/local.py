@@ -10,11 +10,21 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from triage.domain.config import TriageConfig
 from triage.domain.ports import Searcher
 from triage.domain.records import Passage, Trace
 from triage.search.index import Index
+
+
+@dataclass(frozen=True)
+class Research:
+    """A trace's re-search: its passages, and each collection that answered none of its searches
+    with the first reason (what was found there is unknown, not nothing)."""
+
+    passages: list[Passage]
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 class LocalSearcher:
@@ -128,16 +138,27 @@ class Researcher:
 
     async def research(self, trace: Trace, comment: str | None) -> list[Passage]:
         """Passages S1..Sn, the variants' lists merged rank by rank, each chunk once. Raises
-        `SearchError`."""
+        `SearchError` when no search answered."""
+        return (await self.research_all(trace, comment)).passages
+
+    async def research_all(self, trace: Trace, comment: str | None) -> Research:
+        """The passages, and the collections that answered none of the trace's searches. Raises
+        `SearchError` when no search answered."""
         queries = self.queries(trace, comment)
-        tasks = [self._search(q, c) for c in self.collections for q in queries]
-        outcomes = await self._gathered(tasks)
+        asked = [(c, q) for c in self.collections for q in queries]
+        outcomes = await self._gathered([self._search(q, c) for c, q in asked])
         failures = [o for o in outcomes if isinstance(o, Exception)]
         if failures and len(failures) == len(outcomes):
             raise failures[0]  # nothing answered: the search is unavailable for this trace
-        # one query variant refused (its own limit, a tool error): the others still count
+        # one query variant refused (its own limit, a tool error): the others still count; but a
+        # collection that answered nothing (its backend down, its breaker open) was not searched
+        unavailable: dict[str, str] = {}
+        for collection in self.collections:
+            mine = [o for (c, _), o in zip(asked, outcomes, strict=True) if c == collection]
+            if mine and all(isinstance(o, Exception) for o in mine):
+                unavailable[collection] = str(mine[0])
         results = [o for o in outcomes if not isinstance(o, Exception)]
-        return merged(results, [])
+        return Research(merged(results, []), unavailable)
 
     async def more(
         self, queries: Sequence[str], known: Sequence[Passage], shown: Sequence[Passage] = ()
