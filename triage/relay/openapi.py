@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -37,7 +38,7 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
-def _responses(ok: dict[int, type[BaseModel]], *errors: int) -> dict[str, Any]:
+def _responses(ok: Mapping[int, type[BaseModel]], *errors: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for code, model in ok.items():
         out[str(code)] = {"description": STATUSES[code], "content": {"application/json": {"schema": _ref(model)}}}

@@ -17,9 +17,8 @@ from triage.relay.requests import MAX_COMMENT, MAX_ID, MAX_SCORE_NAME
 
 _UNPRINTABLE = "\\x00-\\x1f\\x7f-\\x9f\\u200b-\\u200f\\u202a-\\u202e\\u2066-\\u2069"
 #: an id: printable characters (no control, format or bidi character), not blank, at most MAX_ID
-Id = Annotated[
-    str, StringConstraints(min_length=1, max_length=MAX_ID, pattern=f"^[^{_UNPRINTABLE}]*[^\\s{_UNPRINTABLE}][^{_UNPRINTABLE}]*$")
-]
+_ID_PATTERN = f"^[^{_UNPRINTABLE}]*[^\\s{_UNPRINTABLE}][^{_UNPRINTABLE}]*$"
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID, pattern=_ID_PATTERN)]
 
 
 class _Body(BaseModel):
