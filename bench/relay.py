@@ -1,7 +1,8 @@
 """Benchmark `triage relay`: N concurrent voters who flip their votes and verdicts at random.
 
     python bench/relay.py [--voters 16] [--answers 400] [--actions 15000] [--seconds 20]
-                          [--targets store,langfuse] [--outage 0.3,0.6] [--json FILE]
+                          [--targets store,langfuse,postgres] [--outage 0.3,0.6] [--kill-at 0.4]
+                          [--json FILE]
 
 This process drives the voters (asyncio, one keep-alive HTTP/1.1 connection each, over loopback:
 latency is from a request's send to its full response); the relay runs as its own
@@ -12,6 +13,12 @@ vote up or down, or (one action in ten) a verdict, replaced whole. Bounded by `-
 `--seconds`, whichever comes first. Afterwards: the outbox must drain, and the stored state must
 equal each voter's last action on each answer: zero lost, zero duplicate rows.
 Reports throughput, p50/p99 latency, and Langfuse requests per vote. See bench/README.md.
+
+`postgres`: two relay processes on one throwaway PostgreSQL server (tests/doubles/postgres.py,
+on 127.0.0.1 with fsync on, as in production) into the Langfuse stand-in; each voter sends to its
+own replica and, when that one fails (refused, reset), sends the same action to the other, as a
+load balancer's client would. At `--kill-at` of the run one relay is killed with SIGKILL and started
+again at once; the stored state must still equal each voter's last acknowledged action.
 
 The voters are closed-loop (each sends its next action once the last is answered), so throughput
 is voters / mean latency: more voters than the relay needs to keep its batches full only queue
@@ -92,7 +99,10 @@ class Connection:
             f"Content-Length: {len(data)}\r\n\r\n"
         )
         self.writer.write(head.encode() + data)
-        status = int((await self.reader.readline()).split()[1])
+        line = await self.reader.readline()
+        if not line:  # the relay went away with the request unanswered
+            raise ConnectionResetError("the connection closed before an answer")
+        status = int(line.split()[1])
         headers: dict[str, str] = {}
         while (line := await self.reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.decode().partition(":")
@@ -103,13 +113,17 @@ class Connection:
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self.reader = self.writer = None
 
 
 class Driver:
     def __init__(
-        self, port: int, voters: int, pool: list[dict[str, Any]], actions: int, seconds: float
+        self, port: int | list[int], voters: int, pool: list[dict[str, Any]], actions: int, seconds: float
     ) -> None:
-        self.port = port
+        #: the relays (replicas): voter n sends to relay n % len, and to the next one when it fails
+        self.ports = port if isinstance(port, list) else [port]
+        self.port = self.ports[0]
+        self.failovers = 0
         self.voters = voters
         self.pool = pool
         self.actions = actions
@@ -122,7 +136,23 @@ class Driver:
         self.verdicts: dict[tuple[str, str], dict[str, str]] = {}
         self.votes_sent = 0
 
-    async def voter(self, client: Connection, number: int, stop_at: float) -> None:
+    async def send(self, clients: list[Connection], home: int, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
+        """The action to the voter's own relay; while that fails (refused, reset: a replica killed
+        or restarting), the same action to the next one, as a client behind a load balancer."""
+        for attempt in range(1000):
+            client = clients[(home + attempt) % len(clients)]
+            try:
+                return await client.post("/api/feedback", body)
+            except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+                await client.close()
+                self.failovers += 1
+                if attempt and attempt % len(clients) == 0:
+                    await asyncio.sleep(0.05)  # every relay failed: wait a moment
+        raise RuntimeError("no relay answered")
+
+    async def voter(self, client: Connection | list[Connection], number: int, stop_at: float) -> None:
+        clients = client if isinstance(client, list) else [client]
+        home = number % len(clients)
         rng = random.Random(number)
         user = f"voter-{number}"
         while self.sent < self.actions and time.perf_counter() < stop_at:
@@ -142,7 +172,7 @@ class Driver:
                 expect = ("vote", int(value))
             started = time.perf_counter()
             while True:  # a 429 or 503 is retried as a client would; anything else is recorded
-                status, headers = await client.post("/api/feedback", body)
+                status, headers = await self.send(clients, home, body)
                 if status not in (429, 503):
                     break
                 await asyncio.sleep(float(headers.get("retry-after", "1")))
@@ -157,23 +187,24 @@ class Driver:
                     self.verdicts[slot] = expect[1]  # type: ignore[assignment]
 
     async def run(self) -> float:
-        connections = [Connection(self.port) for _ in range(self.voters)]
+        connections = [[Connection(port) for port in self.ports] for _ in range(self.voters)]
         started = time.perf_counter()
         stop_at = started + self.seconds
         await asyncio.gather(*(self.voter(c, n, stop_at) for n, c in enumerate(connections)))
         elapsed = time.perf_counter() - started
-        for c in connections:
-            await c.close()
+        for pair in connections:
+            for c in pair:
+                await c.close()
         return elapsed
 
 
-def start_relay(workdir: Path, env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+def start_relay(workdir: Path, env: dict[str, str], port: int, name: str = "relay") -> subprocess.Popen[bytes]:
     config = workdir / "relay.toml"
     config.write_text(
         "[relay]\nrate_per_second = 1000000.0\nrate_burst = 1000000\nbatch_wait_seconds = 0.25\n",
         encoding="utf-8",
     )
-    log = (workdir / "relay.log").open("wb")
+    log = (workdir / f"{name}.log").open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "triage", "relay", "--port", str(port), "--config", str(config), "--log-format", "json"],
         env=env, stdout=log, stderr=log,
@@ -186,7 +217,7 @@ def start_relay(workdir: Path, env: dict[str, str], port: int) -> subprocess.Pop
         except httpx.TransportError:
             pass
         if time.monotonic() > deadline or process.poll() is not None:
-            raise SystemExit(f"the relay did not start; see {workdir / 'relay.log'}")
+            raise SystemExit(f"the relay did not start; see {workdir / f'{name}.log'}")
         time.sleep(0.1)
 
 
@@ -234,7 +265,93 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] * 1000 if ordered else 0.0
 
 
+def run_postgres(args: argparse.Namespace) -> dict[str, Any]:
+    """Two relays on one PostgreSQL into the Langfuse stand-in; one killed (SIGKILL) mid-run and
+    started again."""
+    from tests.doubles.postgres import PostgresServer, unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        raise SystemExit(f"the postgres target needs a PostgreSQL server: {reason}")
+    workdir = Path(tempfile.mkdtemp(prefix="relay-bench-postgres-"))
+    server = PostgresServer(tcp=True, durable=True).start()  # fsync on: a commit is on disk
+    standin = LangfuseStandIn(record_bodies=False)
+    standin.start()
+    relays: list[subprocess.Popen[bytes]] = []
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIAGE_", "LANGFUSE_"))}
+        env.update(TRIAGE_STORE=str(workdir / "store.sqlite"), TRIAGE_RELAY_DATABASE_URL=server.create_database(),
+                   LANGFUSE_PUBLIC_KEY=standin.public_key, LANGFUSE_SECRET_KEY=standin.secret_key,
+                   LANGFUSE_BASE_URL=standin.url)  # fmt: skip
+        ports = [free_port(), free_port()]
+        relays = [start_relay(workdir, env, port, f"relay-{n}") for n, port in enumerate(ports)]
+        driver = Driver(ports, args.voters, answers(args.answers), args.actions, args.seconds)
+        kill: dict[str, float] = {}
+
+        async def with_kill() -> float:
+            started = time.perf_counter()
+
+            async def killer() -> None:
+                # the share of the run: of its actions, or of its seconds, whichever comes first
+                share = args.kill_at
+                while driver.sent < args.actions * share and time.perf_counter() - started < args.seconds * share:
+                    await asyncio.sleep(0.005)
+                kill["killed_at_s"] = time.perf_counter() - started
+                relays[1].kill()  # SIGKILL: no drain, no goodbye; its connections just go
+                await asyncio.to_thread(relays[1].wait)
+                back = time.perf_counter()
+                relays[1] = await asyncio.to_thread(start_relay, workdir, env, ports[1], "relay-1")
+                kill["restart_s"] = time.perf_counter() - back
+
+            task = asyncio.create_task(killer())
+            elapsed = await driver.run()
+            await task
+            return elapsed
+
+        elapsed = asyncio.run(with_kill())
+        drain_s, depth = wait_drained(f"http://127.0.0.1:{ports[0]}")
+        metrics = httpx.get(f"http://127.0.0.1:{ports[0]}/metrics").text
+    finally:
+        for relay in relays:
+            relay.terminate()
+        for relay in relays:
+            relay.wait(30)
+        server.stop()
+    rows = standin.score_rows()
+    attempts = sum(1 for r in standin.log if r.path.startswith("/api/public/scores"))
+    standin.stop()
+    expected = expected_rows(driver)
+    done = sum(driver.statuses.values())
+    return {
+        "target": "postgres",
+        "actions": done,
+        "votes": driver.votes_sent,
+        "seconds": round(elapsed, 2),
+        "actions_per_s": round(done / elapsed, 1),
+        "p50_ms": round(percentile(driver.latencies, 0.50), 2),
+        "p99_ms": round(percentile(driver.latencies, 0.99), 2),
+        "statuses": dict(driver.statuses),
+        "outage_s": None,
+        "killed_at_s": round(kill.get("killed_at_s", 0.0), 2),
+        "restart_s": round(kill.get("restart_s", 0.0), 2),
+        "failovers": driver.failovers,
+        "langfuse_write_requests": None,
+        "langfuse_requests_incl_failed": attempts,
+        "langfuse_req_per_vote": round(attempts / done, 4) if done else None,
+        "drain_s": round(drain_s, 2),
+        "outbox_left": depth,
+        "rows": len(rows),
+        "expected_rows": len(expected),
+        **compare(expected, rows),
+        "metrics_outbox_depth": next(
+            (ln.split()[-1] for ln in metrics.splitlines() if ln.startswith("relay_outbox_depth ")), None
+        ),
+    }
+
+
 def run_target(target: str, args: argparse.Namespace) -> dict[str, Any]:
+    if target == "postgres":
+        return run_postgres(args)
     workdir = Path(tempfile.mkdtemp(prefix=f"relay-bench-{target}-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIAGE_", "LANGFUSE_"))}
     env["TRIAGE_STORE"] = str(workdir / "store.sqlite")
@@ -324,6 +441,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--targets", default="store,langfuse")
     parser.add_argument("--outage", default="0.3,0.6", help="stand-in down from/to, as shares of the run")
+    parser.add_argument("--kill-at", type=float, default=0.4, help="postgres: when one relay is killed (share)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = [run_target(t, args) for t in args.targets.split(",")]
@@ -333,6 +451,10 @@ def main() -> None:
     print("|" + "---|" * len(columns))
     for r in results:
         print("| " + " | ".join(str(r[c]) for c in columns) + " |")
+    for r in results:
+        if r["target"] == "postgres":
+            print(f"postgres: one of two relays killed (SIGKILL) at {r['killed_at_s']} s, serving again "
+                  f"{r['restart_s']} s later; {r['failovers']} requests failed over to the other relay")  # fmt: skip
     for r in results:
         checks = [
             (

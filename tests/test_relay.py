@@ -220,7 +220,7 @@ def test_create_only_replace_delete_and_list(relay: Any, tmp_path: Path) -> None
 
 def test_listings(relay: Any) -> None:
     client, _ = relay
-    assert client.get("/api/feedback", params={"sessionId": "new"}).json() == {"data": []}
+    assert client.get("/api/feedback", params={"sessionId": "new"}).json() == {"data": [], "next_cursor": None}
     client.post("/api/feedback", json={"contextId": "s-1", "turn": 1, "value": "down", "userId": "bob"})
     client.post("/api/feedback", json={"traceId": "t-1", "reviewer": "ana", "verdict": "false_alarm"})
     client.post("/api/feedback", json={"traceId": "t-2", "reviewer": "ana", "verdict": "negative", "note": "x"})

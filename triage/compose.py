@@ -233,7 +233,8 @@ def votes(settings: Settings, config: TriageConfig, options: VotesOptions) -> Co
 
 def relay(settings: Settings, config: TriageConfig, *, host: str, port: int, outbox: Path | None) -> None:
     """`triage relay`: the sink (Langfuse when its keys are set, else the embedded store), the
-    ledger beside it, the checks that refuse to start (exit 3), then serve until SIGTERM."""
+    ledger (a SQLite file beside the store, or PostgreSQL shared by replicas), the checks that
+    refuse to start (exit 3), then serve until SIGTERM."""
     from triage.relay.app import Credentials
     from triage.relay.server import check_startup, relay_running, serve
     from triage.relay.sinks import LangfuseSink, Sink, StoreSink
@@ -254,7 +255,23 @@ def relay(settings: Settings, config: TriageConfig, *, host: str, port: int, out
     )
     check_startup(config, credentials, host)
     store_path = settings.triage_store or default_store_path()
-    outbox_path = outbox or settings.triage_relay_outbox or store_path.parent / "relay.sqlite"
+    ledger: Path | str = outbox or settings.triage_relay_outbox or store_path.parent / "relay.sqlite"
+    if settings.triage_relay_database_url is not None:
+        # PostgreSQL: the ledger any number of replicas share. Their sink must be one they can share
+        # too: the embedded store is a file on one machine, so only Langfuse
+        if not settings.uses_langfuse:
+            raise ConfigError(
+                "TRIAGE_RELAY_DATABASE_URL (a ledger shared by replicas) needs Langfuse as the sink "
+                "(LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY): the embedded store is one file on one "
+                "machine, so replicas cannot share it. For one relay on the embedded store, unset "
+                "TRIAGE_RELAY_DATABASE_URL (its ledger is then the SQLite file TRIAGE_RELAY_OUTBOX)"
+            )
+        if outbox is not None or settings.triage_relay_outbox is not None:
+            raise ConfigError(
+                "both TRIAGE_RELAY_DATABASE_URL and a SQLite ledger (--outbox or TRIAGE_RELAY_OUTBOX) are "
+                "set: the relay keeps one ledger, give one of them"
+            )
+        ledger = settings.triage_relay_database_url.get_secret_value()
     sink: Sink
     if settings.uses_langfuse:
         public_key, secret_key = _langfuse_keys(settings)
@@ -274,7 +291,7 @@ def relay(settings: Settings, config: TriageConfig, *, host: str, port: int, out
         sink = StoreSink(Store(store_path, create_folder=settings.triage_store is None))
     try:
         grace = settings.triage_relay_shutdown_seconds
-        with relay_running(config, sink, outbox_path, credentials, drain_seconds=grace) as app:
+        with relay_running(config, sink, ledger, credentials, drain_seconds=grace) as app:
             serve(app, host, port, grace_seconds=grace)
     finally:
         sink.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -68,6 +69,9 @@ class Settings(BaseSettings):
     triage_relay_token: SecretStr | None = None
     triage_relay_signing_key: SecretStr | None = None
     triage_relay_outbox: Path | None = None
+    #: `triage relay` on PostgreSQL (`postgresql://user:password@host:5432/db`): the ledger and
+    #: outbox shared by any number of replicas, instead of the SQLite file (needs Langfuse as the sink)
+    triage_relay_database_url: SecretStr | None = None
     #: the gateway's session JWTs: the keys (a JWKS file or URL, or a PEM public key), and the issuer
     #: and audience they must name; RS256 or ES256, expiry checked with this much clock skew
     triage_relay_session_keys: str | None = None
@@ -103,6 +107,19 @@ class Settings(BaseSettings):
             raise ValueError("holds a character an HTTP header cannot carry (non-ASCII, a space or a control)")
         return value
 
+    @field_validator("triage_relay_database_url", mode="before")
+    @classmethod
+    def _database_url(cls, value: object) -> object:
+        # a Secret made from a file keeps its trailing newline; the scheme is checked here, so a
+        # file path or a MySQL URL is refused at start-up (exit 3), not at the first vote
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            value = value.strip()
+            if not value.startswith(("postgresql://", "postgres://")):
+                raise ValueError("must be a postgresql:// URL (postgresql://user:password@host:5432/database)")
+        return value
+
     @property
     def uses_langfuse(self) -> bool:
         return bool(self.langfuse_public_key or self.langfuse_secret_key)
@@ -131,4 +148,13 @@ class Settings(BaseSettings):
         if self.langfuse_public_key and self.langfuse_secret_key:
             # the pair as HTTP Basic carries it (a proxy echoing the header shows its base64)
             found.append(f"{self.langfuse_public_key}:{self.langfuse_secret_key.get_secret_value()}")
+        if self.triage_relay_database_url is not None:
+            url = self.triage_relay_database_url.get_secret_value()
+            found.append(url)
+            try:  # and its password alone, wherever a driver's message might quote it
+                password = urlsplit(url).password
+            except ValueError:
+                password = None
+            if password:
+                found.append(unquote(password))
         return found

@@ -1,5 +1,7 @@
-"""The relay's own SQLite file, as storage: what it has accepted (the ledger) and what it has yet
-to deliver (the outbox). `commits.GroupCommit` is the one way anything is written to it.
+"""The relay's storage: what it has accepted (the ledger) and what it has yet to deliver (the
+outbox), behind one small port (`Storage`) with two implementations: SQLite here (one file, one
+process: the default, a laptop, a single replica) and PostgreSQL (`postgres.py`: any number of
+replicas on one database). `commits.Ledger`, the one group commit, is the only writer on either.
 
 - `feedback`: one row per score id the relay ever wrote: its answer, author, name, the first
   write's timestamp (kept forever, so a changed vote overwrites in Langfuse, which upserts only on
@@ -12,13 +14,15 @@ to deliver (the outbox). `commits.GroupCommit` is the one way anything is writte
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from triage.domain.scores import BadScore, ScoreBody, normalise_author
 
@@ -45,8 +49,13 @@ VERSION = 1
 #: SQLite's INTEGER: a Python int beyond it raises OverflowError inside `executemany`, which would
 #: fail every request of the batch (a turn of 2**63 hung its group commit)
 _INT_MAX = 2**63 - 1
+#: the most (answer, author) groups one listing page holds
+MAX_PAGE = 1000
 
 Where = Literal["store", "outbox"]
+Key = tuple[str, str]
+#: what a delivery step settles: the seqs delivered, the ones to retry (when, why), the ones set aside (why)
+Settlement = tuple[list[int], dict[int, tuple[float, str]], dict[int, str]]
 
 
 @dataclass
@@ -86,6 +95,41 @@ class Op:
     attempts: int = 0
 
 
+@dataclass(frozen=True)
+class Page:
+    """What one listing page asks the storage for: the live rows of the first `groups` (answer,
+    author) pairs after `after` (in byte order of answer, then author) that pass the filters.
+    `verdict_name`/`verdict_values`: only pairs whose live `verdict_name` row has one of the values."""
+
+    trace_id: str | None = None
+    session_id: str | None = None
+    author: str | None = None
+    verdict_name: str | None = None
+    verdict_values: tuple[str, ...] = ()
+    after: Key | None = None
+    groups: int = 100
+
+
+def encode_cursor(key: Key) -> str:
+    """A listing's position, opaque to clients (they pass `next_cursor` back as they got it)."""
+    return base64.urlsafe_b64encode(json.dumps(list(key), ensure_ascii=False).encode()).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> Key:
+    """The position `encode_cursor` gave; ValueError for anything else."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError("not a cursor") from None
+    if not (isinstance(data, list) and len(data) == 2 and all(isinstance(x, str) for x in data)):
+        raise ValueError("not a cursor")
+    return data[0], data[1]
+
+
+def decode_body(text: str | None) -> ScoreBody | None:
+    return ScoreBody.from_wire(json.loads(text)) if text else None
+
+
 def _row(r: sqlite3.Row) -> Row:
     return Row(
         id=r["id"],
@@ -97,7 +141,7 @@ def _row(r: sqlite3.Row) -> Row:
         session_id=r["session_id"],
         turn=r["turn"],
         timestamp=r["timestamp"],
-        body=ScoreBody.from_wire(json.loads(r["body"])) if r["body"] else None,
+        body=decode_body(r["body"]),
         updated_at=r["updated_at"],
     )
 
@@ -106,20 +150,23 @@ class Tx:
     """What a request's function sees: the rows of the (answer, author) pairs it declared, and the
     writes it makes, applied only once it has returned (a refused request leaves nothing). Rows
     are read for the whole batch at once and written with one statement, so a batch costs a
-    handful of SQLite calls whatever its size."""
+    handful of storage calls whatever its size."""
 
     def __init__(
         self,
-        cache: dict[tuple[str, str], dict[str, Row]],
+        cache: dict[Key, dict[str, Row]],
         now: Callable[[], float],
-        db: sqlite3.Connection | None = None,
+        db: Any = None,
+        check: Callable[[Row], None] | None = None,
     ) -> None:
         self.cache = cache
-        self.db = db  # the delivery worker's steps use the connection itself
+        #: the transaction's connection (sqlite3, or psycopg): the delivery worker's SQLite steps use it
+        self.db = db
         self.now = now
         self.ops: list[Op] = []
         self.rows_written: list[Row] = []
         self.params: list[tuple[Any, ...]] = []
+        self._check = check
 
     def rows(self, answer: str, author: str) -> list[Row]:
         return list(self.cache.get((answer, author), {}).values())
@@ -138,9 +185,109 @@ class Tx:
     def seal(self) -> None:
         """Encode the writes (raising `BadScore` for this request alone) and let the batch's later
         requests see them."""
+        if self._check is not None:
+            for row in self.rows_written:
+                self._check(row)
         self.params = [row.params() for row in self.rows_written]
         for row in self.rows_written:
             self.cache.setdefault((row.answer, row.author), {})[row.name] = row
+
+
+# -- the port --------------------------------------------------------------------------------------
+
+
+class Reads(Protocol):
+    """The storage's reads for listings, readiness and metrics, apart from the writer (thread-safe)."""
+
+    def page(self, page: Page) -> list[Row]:
+        """The live rows of one listing page, ordered by answer, author, name."""
+        ...
+
+    def depth(self) -> tuple[int, int, float | None]:
+        """Undelivered operations, set-aside ones, and the age of the oldest undelivered (seconds)."""
+        ...
+
+    def set_aside(self, limit: int = 20) -> list[tuple[str, str]]:
+        """The newest operations set aside for good: (score id, why)."""
+        ...
+
+
+class Storage(Protocol):
+    """Where the ledger and the outbox live. `commits.Ledger` drives a write as: `begin(keys)` (the
+    batch's transaction, the (answer, author) pairs serialised against every other writer),
+    `prefetch`, each request's function, `store_rows`, `enqueue`, then `commit` (or `rollback`).
+    Nothing of the group commit itself is here: one mechanism, two backends."""
+
+    #: "sqlite" or "postgres"
+    name: str
+    #: its own failures (the ledger failed: the whole batch), as opposed to a request's
+    errors: tuple[type[Exception], ...]
+    #: True: its calls wait on a network and on other replicas (a batch runs off the event loop)
+    remote: bool
+    #: True: a delivery's claim is a row lock held by the delivery's own transaction, over the
+    #: sink's call (`deliver`); False: the claim is a committed mark, settled in a second
+    #: transaction through the writer (`claim`, `settle`, `due_in` via `Ledger.call`)
+    holds_claims: bool
+
+    @property
+    def reads(self) -> Reads: ...
+
+    def begin(self, keys: Sequence[Key]) -> Any:
+        """Open the batch's transaction, every writer of `keys` held off until it ends; the
+        connection for `Tx.db`."""
+        ...
+
+    def prefetch(self, keys: set[Key]) -> dict[Key, dict[str, Row]]: ...
+
+    def store_rows(self, params: Sequence[tuple[Any, ...]]) -> None: ...
+
+    def enqueue(self, ops: Sequence[Op], now: float, *, dead: dict[int, str] | None = None) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None:
+        """End the open transaction, if any, writing nothing; never raises."""
+        ...
+
+    def check(self, row: Row) -> None:
+        """`BadScore` for a row this backend cannot hold (its request alone fails)."""
+        ...
+
+    def transient(self, ex: BaseException) -> bool:
+        """True for a failure a retry of the same batch may not meet (a deadlock victim)."""
+        ...
+
+    def has_backlog(self) -> bool: ...
+
+    def durable(self, full: bool) -> None:
+        """Inline mode: whether a commit waits for the disk (SQLite's synchronous)."""
+        ...
+
+    def claim(self, tx: Tx, limit: int) -> list[Op]: ...
+
+    def settle(self, tx: Tx, done: Sequence[int], retry: dict[int, tuple[float, str]], dead: dict[int, str]) -> None:
+        ...
+
+    def due_in(self, tx: Tx | None) -> float | None: ...
+
+    def deliver(self, limit: int, now: Callable[[], float], send: Callable[[list[Op]], Settlement]) -> int:
+        """`holds_claims` storage: one delivery step in one transaction; how many ops were claimed."""
+        ...
+
+    def housekeeping(self) -> None: ...
+
+    def exclusively(self, name: str, fn: Callable[[], object]) -> bool:
+        """Run `fn` unless another replica runs the `name` step now; whether it ran."""
+        ...
+
+    def ready(self) -> str | None:
+        """None when a write can commit now, else why not (the readiness probe)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# -- SQLite ------------------------------------------------------------------------------------------
 
 
 def enqueue(db: sqlite3.Connection, ops: Sequence[Op], now: float, *, dead: dict[int, str] | None = None) -> None:
@@ -161,12 +308,12 @@ def enqueue(db: sqlite3.Connection, ops: Sequence[Op], now: float, *, dead: dict
         op.seq = newest[op.score_id].seq
     db.executemany(
         "INSERT INTO outbox (seq, score_id, op, body, enqueued, next_at, dead, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [(op.seq, op.score_id, op.op, _encoded(op), now, now, int(id(op) in reasons), reasons.get(id(op)))
+        [(op.seq, op.score_id, op.op, encoded(op), now, now, int(id(op) in reasons), reasons.get(id(op)))
          for op in newest.values()],
     )  # fmt: skip
 
 
-def _encoded(op: Op) -> str | None:
+def encoded(op: Op) -> str | None:
     if op.body is None:
         return None
     try:
@@ -184,10 +331,10 @@ def store_rows(db: sqlite3.Connection, params: Sequence[tuple[Any, ...]]) -> Non
     )
 
 
-def prefetch(db: sqlite3.Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Row]]:
+def prefetch(db: sqlite3.Connection, keys: set[Key]) -> dict[Key, dict[str, Row]]:
     """The rows of every (answer, author) pair, in one indexed query (a row-value `IN (VALUES ...)`
     scans the table)."""
-    cache: dict[tuple[str, str], dict[str, Row]] = {k: {} for k in keys}
+    cache: dict[Key, dict[str, Row]] = {k: {} for k in keys}
     query = (
         "SELECT f.* FROM json_each(?) AS j JOIN feedback AS f "
         "ON f.answer = json_extract(j.value, '$[0]') AND f.author = json_extract(j.value, '$[1]')"
@@ -230,30 +377,56 @@ def open_file(path: str, *, inline: bool) -> sqlite3.Connection:
     return db
 
 
-class Reads:
+def page_query(page: Page, *, value: str, param: str = "?") -> tuple[str, list[Any]]:
+    """One listing page as SQL, for either backend: `value` extracts a body's value, `param` is
+    the placeholder. The groups are chosen first (their filters hold for every row of a group:
+    one answer, one author), then their live rows are read."""
+    where, params = ["body IS NOT NULL"], []
+    for column, wanted in (("trace_id", page.trace_id), ("session_id", page.session_id), ("author", page.author)):
+        if wanted is not None:
+            where.append(f"{column} = {param}")
+            params.append(wanted)
+    if page.after is not None:
+        where.append(f"(answer, author) > ({param}, {param})")
+        params += list(page.after)
+    if page.verdict_name is not None:
+        marks = ", ".join([param] * len(page.verdict_values))
+        where.append(
+            f"(answer, author) IN (SELECT answer, author FROM {{feedback}} WHERE name = {param} AND body IS NOT NULL "
+            f"AND {value} IN ({marks}))"
+        )
+        params += [page.verdict_name, *page.verdict_values]
+    sql = (
+        "SELECT f.* FROM {feedback} AS f JOIN (SELECT DISTINCT answer, author FROM {feedback} WHERE "
+        + " AND ".join(where)
+        + f" ORDER BY answer, author LIMIT {param}) AS g ON f.answer = g.answer AND f.author = g.author "
+        "WHERE f.body IS NOT NULL ORDER BY f.answer, f.author, f.name"
+    )
+    return sql, [*params, page.groups]
+
+
+class SqliteReads:
     """A read connection for listings and metrics, apart from the writer's."""
 
     def __init__(self, path: str, now: Callable[[], float], writer: sqlite3.Connection) -> None:
         self.now = now
+        self._writer = writer
         self._db = connect(path, inline=True) if path != ":memory:" else writer
         self._lock = threading.Lock()
 
-    def close(self, writer: sqlite3.Connection) -> None:
-        if self._db is not writer:
+    def close(self) -> None:
+        if self._db is not self._writer:
             self._db.close()
 
     def select(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return list(self._db.execute(sql, params).fetchall())
 
-    def rows_where(self, where: str, params: Sequence[Any]) -> list[Row]:
-        return [
-            _row(r)
-            for r in self.select(f"SELECT * FROM feedback WHERE {where} ORDER BY answer, author", params)
-        ]
+    def page(self, page: Page) -> list[Row]:
+        sql, params = page_query(page, value="json_extract(body, '$.value')")
+        return [_row(r) for r in self.select(sql.format(feedback="feedback"), params)]
 
     def depth(self) -> tuple[int, int, float | None]:
-        """Undelivered operations, set-aside ones, and the age of the oldest undelivered (seconds)."""
         rows = self.select(
             "SELECT sum(dead = 0) AS pending, sum(dead = 1) AS dead, min(CASE WHEN dead = 0 THEN enqueued END) "
             "AS oldest FROM outbox"
@@ -263,12 +436,97 @@ class Reads:
         return int(pending), int(dead), lag
 
     def set_aside(self, limit: int = 20) -> list[tuple[str, str]]:
-        """The newest operations set aside for good: (score id, why)."""
         rows = self.select("SELECT score_id, error FROM outbox WHERE dead = 1 ORDER BY seq DESC LIMIT ?", (limit,))
         return [(r["score_id"], r["error"] or "") for r in rows]
 
 
-# -- the delivery worker's steps (each one transaction, through `GroupCommit.call`) -------------
+class SqliteStorage:
+    """The ledger in one SQLite file with one writer connection (used under `commits.Ledger`'s
+    lock): `BEGIN IMMEDIATE` serialises every writer, so `begin` has nothing to lock by key."""
+
+    name = "sqlite"
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    remote = False
+    holds_claims = False
+
+    def __init__(self, path: str, now: Callable[[], float], *, inline: bool) -> None:
+        self.path = path
+        self.now = now
+        self.db = open_file(path, inline=inline)
+        self.reads = SqliteReads(path, now, self.db)
+        self.closed = False
+
+    def begin(self, keys: Sequence[Key]) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def prefetch(self, keys: set[Key]) -> dict[Key, dict[str, Row]]:
+        return prefetch(self.db, keys)
+
+    def store_rows(self, params: Sequence[tuple[Any, ...]]) -> None:
+        store_rows(self.db, params)  # looked up at each call: a test replaces it with a failing one
+
+    def enqueue(self, ops: Sequence[Op], now: float, *, dead: dict[int, str] | None = None) -> None:
+        enqueue(self.db, ops, now, dead=dead)
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # no transaction open (it failed, or was never begun)
+
+    def check(self, row: Row) -> None:
+        return None  # SQLite holds any text `Row.params` accepts
+
+    def transient(self, ex: BaseException) -> bool:
+        return False  # one writer: no other transaction to lose to
+
+    def has_backlog(self) -> bool:
+        return self.db.execute("SELECT 1 FROM outbox WHERE dead = 0 LIMIT 1").fetchone() is not None
+
+    def durable(self, full: bool) -> None:
+        self.db.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
+
+    def claim(self, tx: Tx, limit: int) -> list[Op]:
+        return claim(tx, limit)
+
+    def settle(self, tx: Tx, done: Sequence[int], retry: dict[int, tuple[float, str]], dead: dict[int, str]) -> None:
+        settle(tx, done, retry, dead)
+
+    def due_in(self, tx: Tx | None) -> float | None:
+        assert tx is not None
+        return due_in(tx)
+
+    def deliver(self, limit: int, now: Callable[[], float], send: Callable[[list[Op]], Settlement]) -> int:
+        raise NotImplementedError("SQLite's claims go through the writer (holds_claims is False)")
+
+    def housekeeping(self) -> None:
+        """Copy the write-ahead log into the file without blocking the writer (off the request path)."""
+        if self.path == ":memory:" or self.closed:
+            return
+        db = sqlite3.connect(self.path, timeout=1)
+        try:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            db.close()
+
+    def exclusively(self, name: str, fn: Callable[[], object]) -> bool:
+        fn()  # one process: no other replica to take turns with
+        return True
+
+    def ready(self) -> str | None:
+        return None  # the one writer is this process: the service knows how its last write went
+
+    def close(self) -> None:
+        self.closed = True
+        self.reads.close()
+        self.db.close()
+
+
+# -- the delivery worker's steps on SQLite (each one transaction, through `Ledger.call`) ------------
 
 
 def claim(tx: Tx, limit: int) -> list[Op]:
@@ -282,7 +540,7 @@ def claim(tx: Tx, limit: int) -> list[Op]:
     ops: list[Op] = []
     for r in rows:
         try:
-            body = ScoreBody.from_wire(json.loads(r["body"])) if r["body"] else None
+            body = decode_body(r["body"])
         except (BadScore, ValueError) as ex:  # an older file's body that is no score: set aside
             tx.db.execute("UPDATE outbox SET dead = 1, claimed = 0, error = ? WHERE seq = ?", (str(ex)[:300], r["seq"]))
             continue
@@ -315,7 +573,12 @@ def due_in(tx: Tx) -> float | None:
     """Seconds until the next undelivered op is due (0 when one is); None when none waits."""
     assert tx.db is not None
     r = tx.db.execute("SELECT min(next_at) AS at FROM outbox WHERE dead = 0 AND claimed = 0").fetchone()
-    if r["at"] is None:
+    return wait_until(r["at"], tx.now())
+
+
+def wait_until(at: float | None, now: float) -> float | None:
+    """`due_in`'s answer from the earliest due time."""
+    if at is None:
         return None
-    wait = float(r["at"]) - tx.now()
+    wait = float(at) - now
     return wait if wait > 0.001 else 0.0

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from triage.domain.relay import HUMAN, VERDICT_FIELDS, VOTE_SCORE, DeclaredScore, RelayConfig
 from triage.domain.scores import END_USER, BadScore, PersonMeta, ScoreBody, iso_ms, parse_time, relay_score_id
 from triage.relay.commits import Ledger, LedgerDown
-from triage.relay.ledger import Row, Tx
+from triage.relay.ledger import MAX_PAGE, Page, Row, Tx, decode_cursor, encode_cursor
 from triage.relay.metrics import Metrics
 from triage.relay.problems import Problem
 from triage.relay.requests import Answer, Feedback, ScoreIn
@@ -323,25 +323,33 @@ class Relay:
         session_id: str | None = None,
         author: str | None = None,
         verdict: str | None = None,
-    ) -> list[dict[str, Any]]:
-        """Feedback grouped by (answer, author). `verdict=negative` is the negative queue: it
-        includes false alarms, each shown with its own verdict."""
-        where, params = ["body IS NOT NULL"], []
-        for column, value in (("trace_id", trace_id), ("session_id", session_id), ("author", author)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if verdict is not None:
-            wanted = ["negative", "false_alarm"] if verdict == "negative" else [verdict]
-            marks = ", ".join("?" * len(wanted))
-            where.append(
-                "(answer, author) IN (SELECT answer, author FROM feedback WHERE name = ? AND body IS NOT NULL "
-                f"AND json_extract(body, '$.value') IN ({marks}))"
-            )
-            params += [self.verdict_score, *wanted]
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of feedback grouped by (answer, author), in the order of answer then author,
+        at most `limit` groups (1 to `MAX_PAGE`), from `cursor` (a page's `next_cursor`, opaque);
+        the page and the next page's cursor (None: this was the last). `verdict=negative` is the
+        negative queue: it includes false alarms, each shown with its own verdict. Blocking (a
+        query): the endpoint runs it off the event loop."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise Problem(400, f"limit must be from 1 to {MAX_PAGE}")
+        try:
+            after = decode_cursor(cursor) if cursor is not None else None
+        except ValueError:
+            raise Problem(400, "cursor is not one this relay gave: pass next_cursor back as it came") from None
+        wanted = ("negative", "false_alarm") if verdict == "negative" else (verdict,) if verdict else ()
+        page = Page(
+            trace_id=trace_id,
+            session_id=session_id,
+            author=author,
+            verdict_name=self.verdict_score if wanted else None,
+            verdict_values=wanted,
+            after=after,
+            groups=limit + 1,  # one more than asked: whether a next page exists
+        )
         groups: dict[tuple[str, str], dict[str, Any]] = {}
         fields = {v: k for k, v in self.names.items()}
-        for row in self.ledger.reads.rows_where(" AND ".join(where), params):
+        for row in self.ledger.reads.page(page):
             item = groups.setdefault(
                 (row.answer, row.author),
                 {
@@ -365,7 +373,10 @@ class Relay:
             else:
                 item["scores"][row.name] = body.value
             item["updatedAt"] = max(item["updatedAt"], row.updated_at)
-        return list(groups.values())
+        keys = list(groups)
+        if len(keys) <= limit:
+            return list(groups.values()), None
+        return [groups[k] for k in keys[:limit]], encode_cursor(keys[limit - 1])
 
     def writes_failing(self, within: float = 30.0) -> bool:
         """Whether the last write failed less than `within` seconds ago (readiness: a replica whose

@@ -11,9 +11,10 @@ import logging
 import random
 import threading
 from collections.abc import Callable
+from functools import partial
 
-from triage.relay import ledger as storage
 from triage.relay.commits import Ledger
+from triage.relay.ledger import Op, Settlement
 from triage.relay.problems import DeliveryFailed
 from triage.relay.sinks import Sink
 from triage.retry import Clock
@@ -24,6 +25,8 @@ log = logging.getLogger("triage.relay")
 #: commits beside it, and small ones every quarter second delay them less than one a second did
 #: (bench/relay.py at 16 voters: p99 36-42 ms against 48-53 ms, interleaved runs)
 HOUSEKEEPING_SECONDS = 0.25
+#: how often a replica on a shared ledger runs the sink's housekeeping (under a database lock)
+SHARED_HOUSEKEEPING_SECONDS = 5.0
 #: the longest a sink's Retry-After is honoured (seconds)
 MAX_RETRY_AFTER = 60.0
 
@@ -65,9 +68,24 @@ class Worker:
 
     def run_once(self) -> int:
         """Deliver one batch of due operations; how many were delivered."""
-        ops = self.ledger.call(lambda tx: storage.claim(tx, self.batch_max))
-        if not ops:
-            return 0
+        return self._step()[1]
+
+    def _step(self) -> tuple[int, int]:
+        """One delivery step through the ledger (which claims, and settles what `_send` says):
+        (ops claimed, ops delivered)."""
+        delivered = 0
+
+        def send(ops: list[Op]) -> Settlement:
+            nonlocal delivered
+            done, retry, dead = self._send(ops)
+            delivered = len(done)
+            return done, retry, dead
+
+        claimed = self.ledger.deliver(self.batch_max, send)
+        return claimed, delivered
+
+    def _send(self, ops: list[Op]) -> Settlement:
+        """Deliver `ops` to the sink; what became of each: delivered, to retry (when, why), set aside."""
         now = self.clock.now().timestamp()
         try:
             failed = self.sink.deliver(ops)
@@ -90,7 +108,6 @@ class Worker:
                 wait = min(problem.wait, MAX_RETRY_AFTER) if problem.wait is not None else self.backoff(op.attempts)
                 retry[op.seq] = (now + wait, str(problem))
         done = [op.seq for op in ops if op.seq not in failed]
-        self.ledger.call(lambda tx: storage.settle(tx, done, retry, dead))
         self.delivered += len(done)
         self.dead += len(dead)
         if failed:
@@ -106,7 +123,7 @@ class Worker:
             )
         else:
             self.last_error = None
-        return len(done)
+        return done, retry, dead
 
     def _housekeep(self, what: str, step: Callable[[], object]) -> None:
         """One housekeeping step. A failure is logged once when it starts and once when it ends,
@@ -128,7 +145,7 @@ class Worker:
     def drain(self, rounds: int = 1000) -> None:
         """Deliver until nothing is due (tests, shutdown)."""
         for _ in range(rounds):
-            if not self.run_once():
+            if not self._step()[0]:
                 return
 
     # -- the thread ------------------------------------------------------------------------------
@@ -142,15 +159,21 @@ class Worker:
 
     def _loop(self) -> None:
         checkpointed = self.clock.monotonic()
+        shared_at = -SHARED_HOUSEKEEPING_SECONDS
         while not self._stop.is_set():
             if self.clock.monotonic() - checkpointed >= HOUSEKEEPING_SECONDS:
                 checkpointed = self.clock.monotonic()
                 housekeeping = getattr(self.sink, "housekeeping", None)
-                if housekeeping is not None:
+                if housekeeping is not None and not self.ledger.storage.remote:
                     self._housekeep("store", housekeeping)  # the store's WAL checkpoint, off the request path
+                elif housekeeping is not None and self.clock.monotonic() - shared_at >= SHARED_HOUSEKEEPING_SECONDS:
+                    # replicas: Langfuse's score configs made by one at a time (two at once would
+                    # make each config twice); a lock in the database, so not every quarter second
+                    shared_at = self.clock.monotonic()
+                    self._housekeep("sink", partial(self.ledger.exclusively, "sink-housekeeping", housekeeping))
                 self._housekeep("ledger", self.ledger.checkpoint)  # and the ledger's
             try:
-                wait = self.ledger.call(storage.due_in)
+                wait = self.ledger.due_in()
             except Exception:  # the ledger is closing or failing: try again shortly
                 wait = 1.0
             if wait is None or wait > 0:
@@ -160,8 +183,15 @@ class Worker:
             if self.batch_wait:
                 self._stop.wait(self.batch_wait)  # let a batch fill: fewer requests per vote
             try:
-                while self.run_once() >= self.batch_max and not self._stop.is_set():
-                    pass
+                while not self._stop.is_set():
+                    claimed, _ = self._step()
+                    if claimed == 0:
+                        # due, yet nothing to claim: another replica holds it (or an older op of
+                        # its id) in flight; it settles within its delivery, so look again soon
+                        self._wake.wait(timeout=HOUSEKEEPING_SECONDS)
+                        self._wake.clear()
+                    if claimed < self.batch_max:
+                        break
             except Exception:
                 log.exception("delivery step failed", extra={"event": "delivery_crash"})
                 self._stop.wait(1.0)
@@ -175,7 +205,7 @@ class Worker:
             self._thread.join(timeout=drain_seconds)  # a delivery in flight ends within its time-out
         while self.clock.monotonic() < deadline and not (self._thread and self._thread.is_alive()):
             try:
-                if not self.run_once():
+                if not self._step()[0]:
                     break
             except Exception:
                 break
