@@ -326,7 +326,7 @@ def test_a_ledger_that_cannot_commit_is_503_never_a_write_around_it(
     written, the answer is 503 with Retry-After, and the retried request lands once."""
     import sqlite3
 
-    from triage.relay import ledger as storage
+    from triage.relay import sqlite as storage
 
     real = storage.store_rows
 

@@ -19,7 +19,7 @@ from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - the fixtu
 from tests.test_relay import relay_config, serving
 from triage.domain.ports import SourceStats
 from triage.domain.scores import ScoreBody
-from triage.relay import ledger as storage
+from triage.relay import sqlite as storage
 from triage.relay.commits import Ledger
 from triage.relay.service import Relay
 from triage.relay.sinks import LangfuseSink

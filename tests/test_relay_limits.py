@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.test_relay import relay_config, serving
 
 
@@ -62,7 +64,7 @@ def test_a_retry_after_of_a_day_is_capped(tmp_path: Path) -> None:
     from tests.doubles.clock import VirtualClock
     from tests.doubles.langfuse_server import LangfuseStandIn
     from tests.test_relay_langfuse import sink_for
-    from triage.relay import ledger as storage
+    from triage.relay import sqlite as storage
     from triage.relay.commits import Ledger
     from triage.relay.requests import parse_feedback
     from triage.relay.service import Relay
@@ -111,7 +113,7 @@ def test_faults_are_told_truthfully(tmp_path: Path, monkeypatch: Any) -> None:
 
     from triage import redact
     from triage.errors import ConfigError
-    from triage.relay import ledger as storage
+    from triage.relay import sqlite as storage
     from triage.relay.server import relay_running
     from triage.relay.sinks import StoreSink
     from triage.sources.store import Store
@@ -155,3 +157,37 @@ def _open() -> Any:
     from triage.relay.app import Credentials
 
     return Credentials()
+
+
+def test_a_claim_whose_result_was_never_recorded_is_taken_again_after_its_lease(tmp_path: Path) -> None:
+    """The fault benchmark's finding: when `settle` failed (a full disk), a delivery's ops stayed
+    claimed until a restart and were never retried. A claim is now a lease; a lapsed claim that a
+    newer op replaced is dropped, never delivered after it."""
+    import asyncio
+
+    from tests.doubles.clock import VirtualClock
+    from triage.relay import sqlite as storage
+    from triage.relay.commits import Ledger
+    from triage.relay.requests import parse_feedback
+    from triage.relay.service import Relay
+    from triage.relay.sinks import StoreSink
+    from triage.sources.store import Store
+
+    clock = VirtualClock()
+    ledger = Ledger(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())  # outbox mode
+    relay = Relay(ledger=ledger, sink=StoreSink(Store(tmp_path / "s.sqlite")), config=relay_config().relay, clock=clock)
+    for user, value in (("bob", "down"), ("eve", "down")):
+        asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "value": value}, max_text={}), f"user:{user}"))
+    first = ledger.call(lambda tx: storage.claim(tx, 10))
+    assert len(first) == 2  # claimed; the settle never comes
+    assert ledger.call(lambda tx: storage.claim(tx, 10)) == []
+    assert ledger.call(storage.due_in) == pytest.approx(storage.LEASE_SECONDS, abs=1)
+    # eve changes her vote meanwhile: a newer op on her score id
+    asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "value": "up"}, max_text={}), "user:eve"))
+    clock.sleep(storage.LEASE_SECONDS + 1)
+    again = ledger.call(lambda tx: storage.claim(tx, 10))
+    by_id = {op.score_id: op for op in again}
+    assert len(again) == 2 and {op.score_id for op in first} == set(by_id)
+    eve = next(op for op in again if op.body is not None and op.body.metadata["userId"] == "user:eve")
+    assert eve.body is not None and eve.body.value == 1  # the newer vote, not the lapsed older one
+    ledger.close()

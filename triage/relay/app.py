@@ -23,9 +23,8 @@ from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from triage.domain.scores import END_USER
 from triage.redact import printable, redact
@@ -40,6 +39,7 @@ from triage.relay.requests import (
     parse_score,
     parse_target,
 )
+from triage.relay.routing import Cors, Dispatch, json_response
 from triage.relay.service import Mode, Relay, end_user
 from triage.relay.tokens import Grant, SessionKeys, TokenError, is_feedback_token, verify_token
 
@@ -76,80 +76,9 @@ class Caller:
         return self.grant.subject if self.grant is not None else self.subject
 
 
-def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
 def _clean(message: str) -> str:
     """What an error may say: secrets masked, no control characters, short."""
     return printable(redact(message))[:400]
-
-
-class Cors:
-    """The browser origins allowed to call the API (`[relay] cors_origins`; none: no CORS headers,
-    a browser on another origin is refused by the browser itself)."""
-
-    HEADERS = "Authorization, Content-Type, X-Feedback-Token"
-
-    def __init__(self, origins: list[str]) -> None:
-        self.origins = frozenset(o.rstrip("/") for o in origins)
-
-    def headers(self, origin: str | None) -> dict[str, str]:
-        if origin is None or origin.rstrip("/") not in self.origins:
-            return {}
-        return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
-
-    def preflight(self, origin: str | None, methods: list[str]) -> Response:
-        allowed = self.headers(origin)
-        if not allowed:
-            return _json(403, {"error": "this origin is not allowed (the relay's [relay] cors_origins)"})
-        return Response(status_code=204, headers={
-            **allowed,
-            "Access-Control-Allow-Methods": ", ".join(methods),
-            "Access-Control-Allow-Headers": self.HEADERS,
-            "Access-Control-Max-Age": "600",
-        })  # fmt: skip
-
-
-class _Dispatch:
-    """The ASGI app: the relay's own routes straight to their endpoint, the rest to Starlette.
-    Starlette's middleware and router cost about a tenth of the relay's CPU per vote, and the
-    relay's frame (`RelayApp._guard`) already turns every failure into a response. A known path
-    with another method is a 405 naming every method the path has; `OPTIONS` is CORS's preflight."""
-
-    def __init__(
-        self,
-        direct: dict[tuple[str, str], Callable[[Request], Awaitable[Response]]],
-        fallback: Starlette,
-        cors: Cors,
-    ) -> None:
-        self.direct = direct
-        self.fallback = fallback
-        self.cors = cors
-        self.methods: dict[str, list[str]] = {}
-        for path, method in direct:
-            self.methods.setdefault(path, []).append(method)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not scope.get("root_path"):
-            path, method = scope["path"], scope["method"]
-            endpoint = self.direct.get((path, method))
-            methods = self.methods.get(path)
-            if endpoint is not None or methods is not None:
-                scope["app"] = self.fallback
-                request = Request(scope, receive, send)
-                origin = request.headers.get("origin")
-                if endpoint is not None:
-                    response = await endpoint(request)
-                elif method == "OPTIONS" and methods is not None:
-                    response = self.cors.preflight(origin, methods)
-                else:
-                    allow = ", ".join([*(methods or []), "OPTIONS"])
-                    response = _json(405, {"error": f"{method} is not allowed here: {allow}"}, {"Allow": allow})
-                response.headers.update(self.cors.headers(origin))
-                await response(scope, receive, send)
-                return
-        await self.fallback(scope, receive, send)
 
 
 class RelayApp:
@@ -184,7 +113,7 @@ class RelayApp:
         ]
         #: everything else (404, 405, HEAD, a trailing slash) is Starlette's to answer
         self.starlette = Starlette(routes=[Route(path, fn, methods=[method]) for path, method, fn in endpoints])
-        self.app = _Dispatch(
+        self.app = Dispatch(
             {(path, method): fn for path, method, fn in endpoints},
             self.starlette,
             Cors(config.cors_origins if config else []),
@@ -203,10 +132,10 @@ class RelayApp:
                     raise Problem(503, "no store is configured: the relay cannot write anything")
                 response = await handler(request, caller)
             except Problem as problem:
-                response = _json(problem.status, {"error": _clean(problem.message)}, problem.headers)
+                response = json_response(problem.status, {"error": _clean(problem.message)}, problem.headers)
             except Exception:
                 log.exception("internal error", extra={"event": "crash"})
-                response = _json(500, {"error": "internal error"})
+                response = json_response(500, {"error": "internal error"})
             self._count(request, response, started)
             return response
 
@@ -327,7 +256,7 @@ class RelayApp:
             self._limit(self._client_key(request, caller, author if (req.reviewer or req.user) else None))
         written = await self.relay.feedback(req, author, mode)
         status = 201 if mode == "create" else 200 if written.where != "outbox" else 202
-        return _json(status, {**written.body(), "author": author, **req.answer.public()})
+        return json_response(status, {**written.body(), "author": author, **req.answer.public()})
 
     async def post_feedback(self, request: Request, caller: Caller) -> Response:
         mode = request.query_params.get("mode", "upsert")
@@ -361,7 +290,7 @@ class RelayApp:
             self._limit(self._client_key(request, caller, actor))
         written = await self.relay.delete(answer, target)
         status = 200 if written.where != "outbox" else 202
-        return _json(status, {**written.body(), "author": target, **answer.public()})
+        return json_response(status, {**written.body(), "author": target, **answer.public()})
 
     async def get_feedback(self, request: Request, caller: Caller) -> Response:
         assert self.relay is not None
@@ -384,7 +313,7 @@ class RelayApp:
                 trace_id=answer.trace_id, session_id=answer.session_id, author=author,
             )  # fmt: skip
             items = [i for i in items if i.get("turn") == answer.turn or answer.trace_id]
-            return _json(200, {"data": items, "next_cursor": after})
+            return json_response(200, {"data": items, "next_cursor": after})
         if not any((trace_id, session_id, reviewer, verdict)):
             raise Problem(400, "name what to list: traceId, sessionId, reviewer or verdict")
         if verdict is not None and verdict not in ("positive", "negative", "false_alarm"):
@@ -394,7 +323,7 @@ class RelayApp:
             functools.partial(self.relay.listing, limit=limit, cursor=cursor),
             trace_id=trace_id, session_id=session_id, author=reviewer, verdict=verdict,
         )  # fmt: skip
-        return _json(200, {"data": items, "next_cursor": after})
+        return json_response(200, {"data": items, "next_cursor": after})
 
     async def post_score(self, request: Request, caller: Caller) -> Response:
         assert self.relay is not None
@@ -404,20 +333,20 @@ class RelayApp:
         self._limit(f"source:{req.source}")
         written = await self.relay.score(req)
         status = 200 if written.where != "outbox" else 202
-        return _json(status, {**written.body(), "source": req.source, "name": req.name})
+        return json_response(status, {**written.body(), "source": req.source, "name": req.name})
 
     # -- operations ------------------------------------------------------------------------------
 
     async def healthz(self, request: Request) -> Response:
-        return _json(200, {"status": "ok"})
+        return json_response(200, {"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
         if self.relay is None:
-            return _json(503, {"status": "no store configured"})
+            return json_response(503, {"status": "no store configured"})
         try:
             return await asyncio.to_thread(self._readiness)  # a probe of the database is I/O
         except Problem as problem:  # the ledger cannot be read (its database is down)
-            return _json(503, {"status": _clean(problem.message)}, problem.headers)
+            return json_response(503, {"status": _clean(problem.message)}, problem.headers)
 
     def _readiness(self) -> Response:
         assert self.relay is not None
@@ -438,7 +367,7 @@ class RelayApp:
             body["delivery"] = {
                 "last_error": self.relay.worker.last_error and _clean(self.relay.worker.last_error)
             }
-        return _json(200 if ready else 503, body)
+        return json_response(200 if ready else 503, body)
 
     async def metrics_page(self, request: Request) -> Response:
         if self.relay is None:

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from triage.errors import ConfigError, SourceError
-from triage.relay.ledger import Op, Reads, Settlement, SqliteStorage, Storage, Tx, Where
+from triage.relay.ledger import Op, Reads, Settlement, Storage, Tx, Where
 from triage.relay.problems import Problem
+from triage.relay.sqlite import SqliteStorage
 
 log = logging.getLogger("triage.relay")
 T = TypeVar("T")

@@ -17,15 +17,12 @@ replicas accept writes and share delivery, with the SQLite ledger's semantics.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -34,164 +31,31 @@ from triage.errors import ConfigError
 from triage.relay.ledger import (
     Key,
     Op,
-    Page,
     Row,
     Settlement,
     Tx,
     decode_body,
     encoded,
-    page_query,
     wait_until,
 )
-from triage.relay.problems import Problem
+from triage.relay.postgres_schema import (
+    CLAIM,
+    COLUMNS,
+    DUE,
+    POOL_WAIT,
+    SCHEMA,
+    SCHEMA_LOCK,
+    SESSION_SETTINGS,
+    VERSION,
+    PostgresReads,
+    describe,
+    lock_key,
+    reason_of,
+    record,
+    storable,
+)
 
 log = logging.getLogger("triage.relay")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS relay_feedback (
-    id TEXT COLLATE "C" PRIMARY KEY, answer TEXT COLLATE "C" NOT NULL, author TEXT COLLATE "C" NOT NULL,
-    name TEXT COLLATE "C" NOT NULL, kind TEXT NOT NULL, trace_id TEXT, session_id TEXT, turn BIGINT,
-    timestamp TEXT NOT NULL, body TEXT, updated_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS relay_feedback_answer ON relay_feedback (answer, author);
-CREATE INDEX IF NOT EXISTS relay_feedback_trace ON relay_feedback (trace_id);
-CREATE INDEX IF NOT EXISTS relay_feedback_session ON relay_feedback (session_id);
-CREATE INDEX IF NOT EXISTS relay_feedback_author ON relay_feedback (author);
-CREATE TABLE IF NOT EXISTS relay_outbox (
-    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, score_id TEXT NOT NULL, op TEXT NOT NULL,
-    body TEXT, enqueued DOUBLE PRECISION NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
-    next_at DOUBLE PRECISION NOT NULL DEFAULT 0, dead BOOLEAN NOT NULL DEFAULT false, error TEXT
-);
-CREATE INDEX IF NOT EXISTS relay_outbox_id ON relay_outbox (score_id, seq);
-CREATE TABLE IF NOT EXISTS relay_meta (version INTEGER NOT NULL);
-"""
-#: `relay_outbox.seq` is an identity of CACHE 1 (the default): every session draws the next number,
-#: so the ops of one id, whose writers the advisory locks serialise, get seqs in commit order
-#: relay_meta.version: 1 = this schema
-VERSION = 1
-#: the advisory lock replicas starting at once take to create the schema one at a time
-_SCHEMA_LOCK = 0x7472696167650001
-#: every session: a writer waits this long for another replica's batch on the same keys before
-#: its own batch fails (503, Retry-After), and a transaction left idle this long (a frozen
-#: replica's) is ended by the server, its locks with it. A delivery's own transaction, idle over the
-#: sink's call, lifts the latter (its replica's death ends it: the connection goes).
-_SESSION = (
-    "SET lock_timeout = '5s'; SET idle_in_transaction_session_timeout = '60s'; "
-    "SET statement_timeout = '30s'; SET client_encoding = 'UTF8'"
-)
-#: how long a caller waits for a pooled connection
-_POOL_WAIT = 5.0
-_COLUMNS = "id, answer, author, name, kind, trace_id, session_id, turn, timestamp, body, updated_at"
-
-#: due ops nobody holds whose id has no older op left, oldest first; `superseded`: a newer op on
-#: the id covers it (dropped, not delivered; picked whenever it is due or not, so it never blocks
-#: its successor)
-_CLAIM = """
-SELECT o.seq, o.score_id, o.op, o.body, o.attempts,
-       EXISTS (SELECT 1 FROM relay_outbox AS n WHERE n.score_id = o.score_id AND n.seq > o.seq) AS superseded
-FROM relay_outbox AS o
-WHERE NOT o.dead
-  AND NOT EXISTS (SELECT 1 FROM relay_outbox AS p WHERE p.score_id = o.score_id AND p.seq < o.seq AND NOT p.dead)
-  AND (o.next_at <= %s OR EXISTS (SELECT 1 FROM relay_outbox AS n WHERE n.score_id = o.score_id AND n.seq > o.seq))
-ORDER BY o.seq
-LIMIT %s
-FOR UPDATE OF o SKIP LOCKED
-"""
-_DUE = """
-SELECT min(CASE WHEN EXISTS (SELECT 1 FROM relay_outbox AS n WHERE n.score_id = o.score_id AND n.seq > o.seq)
-                THEN 0 ELSE o.next_at END)
-FROM relay_outbox AS o
-WHERE NOT o.dead
-  AND NOT EXISTS (SELECT 1 FROM relay_outbox AS p WHERE p.score_id = o.score_id AND p.seq < o.seq AND NOT p.dead)
-"""
-
-
-def lock_key(key: Key) -> int:
-    """The advisory lock of an (answer, author) pair: 64 bits of a hash every replica computes alike
-    (Python's `hash` is salted per process). Two pairs sharing one only queue behind each other."""
-    digest = hashlib.blake2b(json.dumps(list(key), ensure_ascii=False).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def describe(url: str) -> str:
-    """Where the database is, for messages: host, port and database, never the password."""
-    try:
-        parts = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "(an unreadable TRIAGE_RELAY_DATABASE_URL)"
-    host = parts.get("host") or "localhost"
-    port = f":{parts['port']}" if parts.get("port") else ""
-    return f"{host}{port}/{parts.get('dbname') or parts.get('user') or ''}"
-
-
-def _storable(text: str) -> bool:
-    """Whether PostgreSQL's text can hold `text` (no NUL, UTF-8)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _reason(ex: BaseException) -> str:
-    return " ".join(str(ex).split())[:300] or type(ex).__name__
-
-
-def _record(r: dict[str, Any]) -> Row:
-    return Row(
-        id=r["id"],
-        answer=r["answer"],
-        author=r["author"],
-        name=r["name"],
-        kind=r["kind"],
-        trace_id=r["trace_id"],
-        session_id=r["session_id"],
-        turn=r["turn"],
-        timestamp=r["timestamp"],
-        body=decode_body(r["body"]),
-        updated_at=r["updated_at"],
-    )
-
-
-class PostgresReads:
-    """Listings, readiness and metrics on pooled connections (any thread). A database that cannot be
-    read is a 503 with Retry-After, like one that cannot commit."""
-
-    def __init__(self, pool: ConnectionPool[Any], now: Callable[[], float]) -> None:
-        self.pool = pool
-        self.now = now
-
-    def _select(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        try:
-            with self.pool.connection(timeout=_POOL_WAIT) as conn, conn.cursor(row_factory=dict_row) as cur:
-                rows: list[dict[str, Any]] = cur.execute(sql, params).fetchall()
-                return rows
-        except psycopg.Error as ex:
-            raise Problem(
-                503, f"the relay's ledger cannot be read ({_reason(ex)}); try again", {"Retry-After": "5"}
-            ) from None
-
-    def page(self, page: Page) -> list[Row]:
-        sql, params = page_query(page, value="(body::json ->> 'value')", param="%s")
-        return [_record(r) for r in self._select(sql.format(feedback="relay_feedback"), params)]
-
-    def depth(self) -> tuple[int, int, float | None]:
-        [r] = self._select(
-            "SELECT count(*) FILTER (WHERE NOT dead) AS pending, count(*) FILTER (WHERE dead) AS dead, "
-            "min(enqueued) FILTER (WHERE NOT dead) AS oldest FROM relay_outbox"
-        )
-        oldest = r["oldest"]
-        lag = max(0.0, self.now() - oldest) if oldest is not None else None
-        return int(r["pending"]), int(r["dead"]), lag
-
-    def set_aside(self, limit: int = 20) -> list[tuple[str, str]]:
-        rows = self._select(
-            "SELECT score_id, error FROM relay_outbox WHERE dead ORDER BY seq DESC LIMIT %s", (limit,)
-        )
-        return [(r["score_id"], r["error"] or "") for r in rows]
-
 
 class PostgresStorage:
     """The ledger in PostgreSQL, shared by every replica. The writer's steps (`begin` ...
@@ -223,7 +87,7 @@ class PostgresStorage:
         except psycopg.Error as ex:
             self.pool.close()
             raise ConfigError(
-                f"the relay's PostgreSQL ledger at {self.where} cannot be reached: {_reason(ex)}"
+                f"the relay's PostgreSQL ledger at {self.where} cannot be reached: {reason_of(ex)}"
             ) from None
         self.reads = PostgresReads(self.pool, now)
         self._conn: psycopg.Connection[Any] | None = None
@@ -239,20 +103,20 @@ class PostgresStorage:
                         f"the relay's PostgreSQL database {self.where} is {encoding and encoding[0]}, not UTF8 "
                         "(votes and comments are any text): create it with ENCODING 'UTF8'"
                     )
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                 conn.execute(SCHEMA)
                 if conn.execute("SELECT 1 FROM relay_meta").fetchone() is None:
                     conn.execute("INSERT INTO relay_meta (version) VALUES (%s)", (VERSION,))
                 conn.commit()
         except psycopg.Error as ex:
             raise ConfigError(
-                f"the relay's PostgreSQL ledger at {self.where} cannot be opened: {_reason(ex)} "
+                f"the relay's PostgreSQL ledger at {self.where} cannot be opened: {reason_of(ex)} "
                 "(check TRIAGE_RELAY_DATABASE_URL)"
             ) from None
 
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
-        conn.execute(_SESSION)
+        conn.execute(SESSION_SETTINGS)
         conn.commit()
 
     # -- the writer's transaction (under the group commit's lock) ------------------------------------
@@ -262,7 +126,7 @@ class PostgresStorage:
         return self._conn
 
     def begin(self, keys: Sequence[Key]) -> psycopg.Connection[Any]:
-        self._conn = self.pool.getconn(timeout=_POOL_WAIT)
+        self._conn = self.pool.getconn(timeout=POOL_WAIT)
         locks = sorted({lock_key(k) for k in keys})
         if locks:
             # one statement per lock, in this order, pipelined (one round trip): every writer takes
@@ -276,15 +140,15 @@ class PostgresStorage:
         held them last committed is seen."""
         cache: dict[Key, dict[str, Row]] = {k: {} for k in keys}
         # a key PostgreSQL cannot hold has no rows: its request is refused alone, by `check`
-        ordered = sorted(k for k in keys if _storable(k[0]) and _storable(k[1]))
+        ordered = sorted(k for k in keys if storable(k[0]) and storable(k[1]))
         with self._db().cursor(row_factory=dict_row) as cur:
             cur.execute(
-                f"SELECT {_COLUMNS} FROM relay_feedback WHERE (answer, author) IN "
+                f"SELECT {COLUMNS} FROM relay_feedback WHERE (answer, author) IN "
                 "(SELECT a, b FROM unnest(%s::text[], %s::text[]) AS k(a, b))",
                 ([a for a, _ in ordered], [b for _, b in ordered]),
             )
             for r in cur:
-                row = _record(r)
+                row = record(r)
                 cache[(row.answer, row.author)][row.name] = row
         return cache
 
@@ -294,7 +158,7 @@ class PostgresStorage:
         last = list({p[0]: p for p in params}.values())
         columns = [list(column) for column in zip(*last, strict=True)]
         self._db().execute(
-            f"INSERT INTO relay_feedback ({_COLUMNS}) SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], "
+            f"INSERT INTO relay_feedback ({COLUMNS}) SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], "
             "%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[]) "
             "ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at",
             columns,
@@ -352,7 +216,7 @@ class PostgresStorage:
     def check(self, row: Row) -> None:
         """PostgreSQL's text holds no NUL and only UTF-8: a row with either fails its request alone."""
         for text in (row.id, row.answer, row.author, row.name, row.kind, row.trace_id, row.session_id):
-            if text is not None and not _storable(text):
+            if text is not None and not storable(text):
                 raise BadScore(f"{text[:40]!r} holds a NUL character or is not UTF-8 text")
 
     def transient(self, ex: BaseException) -> bool:
@@ -373,10 +237,10 @@ class PostgresStorage:
         raise NotImplementedError("PostgreSQL settles in `deliver`'s transaction")
 
     def deliver(self, limit: int, now: Callable[[], float], send: Callable[[list[Op]], Settlement]) -> int:
-        with self.pool.connection(timeout=_POOL_WAIT) as conn:  # commits at the end, rolls back on a raise
+        with self.pool.connection(timeout=POOL_WAIT) as conn:  # commits at the end, rolls back on a raise
             # idle over the sink's call on purpose: only this replica's death may end it early
             conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
-            rows = conn.execute(_CLAIM, (now() + 0.001, limit)).fetchall()  # a millisecond of slack
+            rows = conn.execute(CLAIM, (now() + 0.001, limit)).fetchall()  # a millisecond of slack
             gone = [seq for seq, _, _, _, _, superseded in rows if superseded]
             ops: list[Op] = []
             broken: dict[int, str] = {}
@@ -429,8 +293,8 @@ class PostgresStorage:
     def due_in(self, tx: Tx | None) -> float | None:
         """Seconds until an op is due (0: one is, perhaps in flight at another replica: its claim
         then finds nothing and the worker waits a moment); None when none waits."""
-        with self.pool.connection(timeout=_POOL_WAIT) as conn:
-            row = conn.execute(_DUE).fetchone()
+        with self.pool.connection(timeout=POOL_WAIT) as conn:
+            row = conn.execute(DUE).fetchone()
         return wait_until(row[0] if row else None, self.now())
 
     def housekeeping(self) -> None:
@@ -439,7 +303,7 @@ class PostgresStorage:
     def exclusively(self, name: str, fn: Callable[[], object]) -> bool:
         """One replica at a time: a transaction-scoped try-lock on `name`, held while `fn` runs (a
         replica that dies lets go with its connection)."""
-        with self.pool.connection(timeout=_POOL_WAIT) as conn:
+        with self.pool.connection(timeout=POOL_WAIT) as conn:
             conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
             row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (lock_key(("exclusively", name)),)).fetchone()
             if not row or not row[0]:
@@ -454,7 +318,7 @@ class PostgresStorage:
             with self.pool.connection(timeout=2) as conn:
                 conn.execute("UPDATE relay_meta SET version = version WHERE false")
         except psycopg.Error as ex:
-            return f"the PostgreSQL ledger at {self.where} takes no writes: {_reason(ex)}"
+            return f"the PostgreSQL ledger at {self.where} takes no writes: {reason_of(ex)}"
         return None
 
     def close(self) -> None:

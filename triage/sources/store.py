@@ -69,6 +69,27 @@ _UPSERT_SCORE = (
 )
 
 
+#: a write-ahead log past this size is checkpointed whole and cut back to nothing: passive
+#: checkpoints alone never caught up with a writer under sustained load (the fault benchmark: the
+#: relay's logs reached 420-576 MB in 20 s, and a 1 GiB volume would fill in under a minute)
+WAL_LIMIT = 32 * 1024 * 1024
+
+
+def checkpoint_wal(path: str) -> None:
+    """Copy the write-ahead log into the database file without blocking its writer (PASSIVE); once
+    the log is over `WAL_LIMIT`, all of it, then truncate it (this waits for the writer's current
+    commit, a pause of some milliseconds once every few tens of MB)."""
+    if path == ":memory:":
+        return
+    wal = Path(f"{path}-wal")
+    mode = "TRUNCATE" if wal.is_file() and wal.stat().st_size > WAL_LIMIT else "PASSIVE"
+    db = sqlite3.connect(path, timeout=1)
+    try:
+        db.execute(f"PRAGMA wal_checkpoint({mode})")
+    finally:
+        db.close()
+
+
 class Store(DatasetTables):
     """A SQLite file (or `:memory:`): a vote source, trace source and score sink (`Backend`)."""
 
@@ -113,12 +134,8 @@ class Store(DatasetTables):
             self._db.execute("PRAGMA wal_autocheckpoint=0")
 
     def checkpoint(self) -> None:
-        """Copy the write-ahead log into the file without blocking writers (after `use_wal`)."""
-        db = sqlite3.connect(self.path, timeout=1)
-        try:
-            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            db.close()
+        """Copy the write-ahead log into the file (after `use_wal`): `checkpoint_wal`."""
+        checkpoint_wal(self.path)
 
     def __enter__(self) -> Store:
         return self
