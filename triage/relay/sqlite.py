@@ -1,8 +1,8 @@
 """The relay's ledger and outbox in one SQLite file (`SqliteStorage`): the default, for a laptop
 and a single replica. One process writes it, through `commits.Ledger`'s group commits.
 
-A delivery's claim is a lease: the outbox row keeps the time it was claimed, and a claim older than
-`LEASE_SECONDS` is taken again. A delivery whose result could not be recorded (a full disk at
+A delivery's claim is a lease: the outbox row keeps the time it was claimed (`claimed`, 0 when
+free), and a claim older than `LEASE_SECONDS` is taken again. A delivery whose result could not be recorded (a full disk at
 `settle`) is then retried instead of staying claimed until a restart; a redelivery is harmless
 (the same ids and timestamps).
 """
@@ -31,8 +31,10 @@ from triage.relay.ledger import (
 )
 from triage.sources.store import checkpoint_wal
 
-#: a claim older than this is taken again (its delivery's result was never recorded)
-LEASE_SECONDS = 120.0
+#: a claim older than this is taken again (its delivery's result was never recorded). One worker
+#: thread claims, delivers and settles in turn, so a claim cannot lapse under a delivery in flight:
+#: the lease only bounds how long a failed settle keeps its ops waiting
+LEASE_SECONDS = 10.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS feedback (
