@@ -103,6 +103,23 @@ def decode_cursor(cursor: str) -> Key:
     return data[0], data[1]
 
 
+def row_of(r: Any) -> Row:
+    """A ledger row from either storage's result row (SQLite's `sqlite3.Row`, PostgreSQL's dict)."""
+    return Row(
+        id=r["id"],
+        answer=r["answer"],
+        author=r["author"],
+        name=r["name"],
+        kind=r["kind"],
+        trace_id=r["trace_id"],
+        session_id=r["session_id"],
+        turn=r["turn"],
+        timestamp=r["timestamp"],
+        body=decode_body(r["body"]),
+        updated_at=r["updated_at"],
+    )
+
+
 def decode_body(text: str | None) -> ScoreBody | None:
     return ScoreBody.from_wire(json.loads(text)) if text else None
 

@@ -36,6 +36,7 @@ from triage.relay.ledger import (
     Tx,
     decode_body,
     encoded,
+    row_of,
     wait_until,
 )
 from triage.relay.postgres_schema import (
@@ -51,7 +52,6 @@ from triage.relay.postgres_schema import (
     describe,
     lock_key,
     reason_of,
-    record,
     storable,
 )
 
@@ -148,7 +148,7 @@ class PostgresStorage:
                 ([a for a, _ in ordered], [b for _, b in ordered]),
             )
             for r in cur:
-                row = record(r)
+                row = row_of(r)
                 cache[(row.answer, row.author)][row.name] = row
         return cache
 

@@ -18,8 +18,8 @@ from triage.relay.ledger import (
     Key,
     Page,
     Row,
-    decode_body,
     page_query,
+    row_of,
 )
 from triage.relay.problems import Problem
 
@@ -117,20 +117,6 @@ def reason_of(ex: BaseException) -> str:
     return " ".join(str(ex).split())[:300] or type(ex).__name__
 
 
-def record(r: dict[str, Any]) -> Row:
-    return Row(
-        id=r["id"],
-        answer=r["answer"],
-        author=r["author"],
-        name=r["name"],
-        kind=r["kind"],
-        trace_id=r["trace_id"],
-        session_id=r["session_id"],
-        turn=r["turn"],
-        timestamp=r["timestamp"],
-        body=decode_body(r["body"]),
-        updated_at=r["updated_at"],
-    )
 
 
 class PostgresReads:
@@ -153,7 +139,7 @@ class PostgresReads:
 
     def page(self, page: Page) -> list[Row]:
         sql, params = page_query(page, value="(body::json ->> 'value')", param="%s")
-        return [record(r) for r in self._select(sql.format(feedback="relay_feedback"), params)]
+        return [row_of(r) for r in self._select(sql.format(feedback="relay_feedback"), params)]
 
     def depth(self) -> tuple[int, int, float | None]:
         [r] = self._select(

@@ -2,9 +2,9 @@
 and a single replica. One process writes it, through `commits.Ledger`'s group commits.
 
 A delivery's claim is a lease: the outbox row keeps the time it was claimed (`claimed`, 0 when
-free), and a claim older than `LEASE_SECONDS` is taken again. A delivery whose result could not be recorded (a full disk at
-`settle`) is then retried instead of staying claimed until a restart; a redelivery is harmless
-(the same ids and timestamps).
+free), and a claim older than `LEASE_SECONDS` is taken again. A delivery whose result could not
+be recorded (a full disk at `settle`) is then retried instead of staying claimed until a restart;
+a redelivery is harmless (the same ids and timestamps).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from triage.relay.ledger import (
     decode_body,
     encoded,
     page_query,
+    row_of,
     wait_until,
 )
 from triage.sources.store import checkpoint_wal
@@ -57,20 +58,6 @@ CREATE INDEX IF NOT EXISTS outbox_due ON outbox (dead, claimed, next_at);
 #: `PRAGMA user_version`: 1 = authors spelled by `normalise_author`
 VERSION = 1
 
-def _row(r: sqlite3.Row) -> Row:
-    return Row(
-        id=r["id"],
-        answer=r["answer"],
-        author=r["author"],
-        name=r["name"],
-        kind=r["kind"],
-        trace_id=r["trace_id"],
-        session_id=r["session_id"],
-        turn=r["turn"],
-        timestamp=r["timestamp"],
-        body=decode_body(r["body"]),
-        updated_at=r["updated_at"],
-    )
 
 
 # -- SQLite ------------------------------------------------------------------------------------------
@@ -117,7 +104,7 @@ def prefetch(db: sqlite3.Connection, keys: set[Key]) -> dict[Key, dict[str, Row]
         "ON f.answer = json_extract(j.value, '$[0]') AND f.author = json_extract(j.value, '$[1]')"
     )
     for r in db.execute(query, (json.dumps(sorted(keys)),)):
-        row = _row(r)
+        row = row_of(r)
         cache[(row.answer, row.author)][row.name] = row
     return cache
 
@@ -173,7 +160,7 @@ class SqliteReads:
 
     def page(self, page: Page) -> list[Row]:
         sql, params = page_query(page, value="json_extract(body, '$.value')")
-        return [_row(r) for r in self.select(sql.format(feedback="feedback"), params)]
+        return [row_of(r) for r in self.select(sql.format(feedback="feedback"), params)]
 
     def depth(self) -> tuple[int, int, float | None]:
         rows = self.select(
