@@ -182,12 +182,13 @@ def test_a_claim_whose_result_was_never_recorded_is_taken_again_after_its_lease(
     assert len(first) == 2  # claimed; the settle never comes
     assert ledger.call(lambda tx: storage.claim(tx, 10)) == []
     assert ledger.call(storage.due_in) == pytest.approx(storage.LEASE_SECONDS, abs=1)
-    # eve changes her vote meanwhile: a newer op on her score id
+    # eve changes her vote meanwhile: a newer op on her score id, which waits behind the claimed one
     asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "value": "up"}, max_text={}), "user:eve"))
+    assert ledger.call(lambda tx: storage.claim(tx, 10)) == []
     clock.sleep(storage.LEASE_SECONDS + 1)
-    again = ledger.call(lambda tx: storage.claim(tx, 10))
-    by_id = {op.score_id: op for op in again}
-    assert len(again) == 2 and {op.score_id for op in first} == set(by_id)
-    eve = next(op for op in again if op.body is not None and op.body.metadata["userId"] == "user:eve")
-    assert eve.body is not None and eve.body.value == 1  # the newer vote, not the lapsed older one
+    again = ledger.call(lambda tx: storage.claim(tx, 10))  # bob's lapsed claim; eve's older op dropped
+    assert [op.body.metadata["userId"] for op in again if op.body] == ["user:bob"]
+    newer = ledger.call(lambda tx: storage.claim(tx, 10))
+    assert [(op.body.metadata["userId"], op.body.value) for op in newer if op.body] == [("user:eve", 1)]
+    assert {op.score_id for op in first} == {op.score_id for op in again + newer}
     ledger.close()

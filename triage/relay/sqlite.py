@@ -267,10 +267,14 @@ def claim(tx: Tx, limit: int) -> list[Op]:
     rows = tx.db.execute(
         "SELECT seq, score_id, op, body, attempts, EXISTS (SELECT 1 FROM outbox AS newer WHERE "
         "newer.score_id = outbox.score_id AND newer.seq > outbox.seq) AS superseded FROM outbox "
-        "WHERE dead = 0 AND (claimed = 0 OR claimed < ?) AND next_at <= ? ORDER BY seq LIMIT ?",
+        "WHERE dead = 0 AND (claimed = 0 OR claimed < ?) AND next_at <= ? AND NOT EXISTS (SELECT 1 FROM "
+        "outbox AS older WHERE older.score_id = outbox.score_id AND older.seq < outbox.seq AND older.dead = 0) "
+        "ORDER BY seq LIMIT ?",
         (now - LEASE_SECONDS, now + 0.001, limit),  # a millisecond of slack for float timestamps
     ).fetchall()
-    # a lapsed claim a newer op has replaced is dropped: delivered now, it would bring back the old value
+    # an op waits while an older one on its id is still claimed (its result unrecorded): delivered
+    # first, the older one's redelivery would bring back the old value. A lapsed claim that a newer
+    # op has replaced is dropped, which lets the newer one go next
     tx.db.executemany("DELETE FROM outbox WHERE seq = ?", [(r["seq"],) for r in rows if r["superseded"]])
     rows = [r for r in rows if not r["superseded"]]
     tx.db.executemany("UPDATE outbox SET claimed = ? WHERE seq = ?", [(now, r["seq"]) for r in rows])
