@@ -323,14 +323,7 @@ def run_postgres(args: argparse.Namespace) -> dict[str, Any]:
     expected = expected_rows(driver)
     done = sum(driver.statuses.values())
     return {
-        "target": "postgres",
-        "actions": done,
-        "votes": driver.votes_sent,
-        "seconds": round(elapsed, 2),
-        "actions_per_s": round(done / elapsed, 1),
-        "p50_ms": round(percentile(driver.latencies, 0.50), 2),
-        "p99_ms": round(percentile(driver.latencies, 0.99), 2),
-        "statuses": dict(driver.statuses),
+        **load_figures("postgres", driver, elapsed),
         "outage_s": None,
         "killed_at_s": round(kill.get("killed_at_s", 0.0), 2),
         "restart_s": round(kill.get("restart_s", 0.0), 2),
@@ -343,9 +336,7 @@ def run_postgres(args: argparse.Namespace) -> dict[str, Any]:
         "rows": len(rows),
         "expected_rows": len(expected),
         **compare(expected, rows),
-        "metrics_outbox_depth": next(
-            (ln.split()[-1] for ln in metrics.splitlines() if ln.startswith("relay_outbox_depth ")), None
-        ),
+        "metrics_outbox_depth": metric(metrics, "relay_outbox_depth"),
     }
 
 
@@ -408,14 +399,7 @@ def run_target(target: str, args: argparse.Namespace) -> dict[str, Any]:
     result = compare(expected_rows(driver), rows)
     done = sum(driver.statuses.values())
     return {
-        "target": target,
-        "actions": done,
-        "votes": driver.votes_sent,
-        "seconds": round(elapsed, 2),
-        "actions_per_s": round(done / elapsed, 1),
-        "p50_ms": round(percentile(driver.latencies, 0.50), 2),
-        "p99_ms": round(percentile(driver.latencies, 0.99), 2),
-        "statuses": dict(driver.statuses),
+        **load_figures(target, driver, elapsed),
         "outage_s": round(outage[1] - outage[0], 2) if len(outage) == 2 else None,
         "langfuse_write_requests": posts,
         "langfuse_requests_incl_failed": attempts,
@@ -425,10 +409,28 @@ def run_target(target: str, args: argparse.Namespace) -> dict[str, Any]:
         "rows": len(rows),
         "expected_rows": len(expected_rows(driver)),
         **result,
-        "metrics_outbox_depth": next(
-            (ln.split()[-1] for ln in metrics.splitlines() if ln.startswith("relay_outbox_depth ")), None
-        ),
+        "metrics_outbox_depth": metric(metrics, "relay_outbox_depth"),
     }
+
+
+def load_figures(target: str, driver: Driver, elapsed: float) -> dict[str, Any]:
+    """What every target's run reports of its load: actions, throughput, latency, statuses."""
+    done = sum(driver.statuses.values())
+    return {
+        "target": target,
+        "actions": done,
+        "votes": driver.votes_sent,
+        "seconds": round(elapsed, 2),
+        "actions_per_s": round(done / elapsed, 1),
+        "p50_ms": round(percentile(driver.latencies, 0.50), 2),
+        "p99_ms": round(percentile(driver.latencies, 0.99), 2),
+        "statuses": dict(driver.statuses),
+    }
+
+
+def metric(page: str, name: str) -> str | None:
+    """One unlabelled value of a Prometheus text page."""
+    return next((ln.split()[-1] for ln in page.splitlines() if ln.startswith(f"{name} ")), None)
 
 
 def main() -> None:

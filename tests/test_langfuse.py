@@ -126,7 +126,8 @@ def ids(sessions: dict[str, list[TraceRef]]) -> dict[str, list[str]]:
 
 
 def layer_score(trace_id: str, value: str = "retrieval", *, rule: str = "1") -> ScoreBody:
-    return ScoreBody(data_type="CATEGORICAL", 
+    return ScoreBody(
+        data_type="CATEGORICAL",
         id=score_id(trace_id, "triage_layer", rule),
         trace_id=trace_id,
         name="triage_layer",

@@ -304,7 +304,8 @@ def test_observations_of_many_traces_in_one_request_newest_row_wins(
 
 
 def score(trace_id: str, value: str = "retrieval") -> ScoreBody:
-    return ScoreBody(data_type="CATEGORICAL", 
+    return ScoreBody(
+        data_type="CATEGORICAL",
         id=score_id(trace_id, "triage_layer", "1"),
         trace_id=trace_id,
         name="triage_layer",

@@ -90,7 +90,8 @@ def verdict(
     facts_json = (
         facts if facts is not None else facts_for(layer, confidence, injection).model_dump(mode="json")
     )
-    score = ScoreBody(data_type="CATEGORICAL", 
+    score = ScoreBody(
+        data_type="CATEGORICAL",
         id=score_id(trace_id, "triage_layer", rule_version),
         trace_id=trace_id,
         name="triage_layer",

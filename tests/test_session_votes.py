@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from tests.doubles.fakes import FakeJudge, FakeSource
 from tests.doubles.langfuse_server import LangfuseStandIn
 from tests.factories import trace_line
 from tests.test_engine_fakes import DOCS_URL, EARLY, OK, QUESTION, run
 from tests.test_engine_fakes import NOW as FAKE_NOW
+from tests.test_job_score_path import feedback  # the same `triage feedback` run, no window lag
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
-from triage.cli import cli
 from triage.errors import ExitCode
 from triage.sources.store import Store
 
@@ -87,23 +87,6 @@ def test_the_engine_triages_the_latest_answer_at_the_votes_time_and_lists_the_re
 # -- `triage feedback` for real -------------------------------------------------------------------
 
 NOW = datetime.now(UTC).replace(microsecond=0)
-NO_LAG = "[window]\nlag_minutes = 0\n"
-
-
-def feedback(env: dict[str, str], tmp_path: Path) -> tuple[Result, dict[str, Any]]:
-    config = tmp_path / "now.toml"
-    config.write_text(NO_LAG, encoding="utf-8")
-    summary = tmp_path / "summary.json"
-    result = CliRunner().invoke(
-        cli,
-        ["feedback", "--since-hours", "24", "--judge", "heuristic", "--report", "--config", str(config),
-         "--summary-file", str(summary)],
-        env=env,
-        catch_exceptions=False,
-    )  # fmt: skip
-    return result, json.loads(summary.read_text(encoding="utf-8"))
-
-
 def check_night(result: Result, summary: dict[str, Any]) -> None:
     assert result.exit_code == ExitCode.OK, result.output
     assert summary["triaged"] == len(RATED) and summary["not_triaged"] == {"pending": len(PENDING)}

@@ -221,7 +221,8 @@ class VerdictMaker:
             votes=[v.id for v in votes],
         ).to_metadata()
         return [
-            ScoreBody(data_type="CATEGORICAL", 
+            ScoreBody(
+                data_type="CATEGORICAL",
                 id=score_id(trace.id, name, verdict.rule_version),
                 trace_id=trace.id,
                 name=name,

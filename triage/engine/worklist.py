@@ -91,7 +91,8 @@ def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: Triag
             continue  # a verdict not written has no signature score either: a rerun writes both
         sig = by_id[entry.signature]
         out.append(
-            ScoreBody(data_type="CATEGORICAL", 
+            ScoreBody(
+                data_type="CATEGORICAL",
                 id=score_id(entry.trace_id, name, config.rule_version),
                 trace_id=entry.trace_id,
                 name=name,

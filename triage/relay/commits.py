@@ -129,7 +129,7 @@ class Ledger:
             raise LedgerDown("the ledger is closed")
         with self._lock:
             outcomes = self._prepare([_Item(fn, [])])
-            where = self._finish(outcomes) if outcomes[0][2] is None else self._abandon()
+            where = self._conclude(outcomes)
         result, _, error = outcomes[0]
         if error is not None:
             raise error
@@ -180,14 +180,12 @@ class Ledger:
         self._lock.acquire()
         try:
             outcomes = self._prepare(batch)
-            if all(error is not None for _, _, error in outcomes):
-                return outcomes, self._abandon()  # every request refused, or the batch failed
-            if self.inline and not self._backlog:
+            if self._refused(outcomes) or (self.inline and not self._backlog):
                 # the ledger's commit does not wait for the disk (synchronous=NORMAL: the store's
                 # commit makes the write durable) and the store's write is one transaction with one
                 # fsync: run here, that costs less than handing it to a thread, which waits for the
                 # GIL behind this loop at every SQLite call (measured: 1,240/s against 1,030-1,140/s)
-                return outcomes, self._finish(outcomes)
+                return outcomes, self._conclude(outcomes)
             return outcomes, await loop.run_in_executor(self._writer, self._finish, outcomes)  # an fsynced commit
         finally:
             self._lock.release()
@@ -208,9 +206,7 @@ class Ledger:
                 ):
                     continue
                 break
-            if all(error is not None for _, _, error in outcomes):
-                return outcomes, self._abandon()  # every request refused, or the batch failed
-            return outcomes, self._finish(outcomes)
+            return outcomes, self._conclude(outcomes)
 
     @staticmethod
     def _settle(item: _Item[Any], outcome: _Outcome, where: Where | LedgerDown) -> None:
@@ -264,8 +260,15 @@ class Ledger:
             return [(None, None, down)] * len(batch)
         return outcomes
 
-    def _abandon(self) -> Where:
-        """End a transaction that wrote nothing (every request in it was refused)."""
+    @staticmethod
+    def _refused(outcomes: list[_Outcome]) -> bool:
+        """Every request of the batch refused, or the batch failed: nothing to commit."""
+        return all(error is not None for _, _, error in outcomes)
+
+    def _conclude(self, outcomes: list[_Outcome]) -> Where | LedgerDown:
+        """Commit the prepared batch (`_finish`), or end a transaction that wrote nothing."""
+        if not self._refused(outcomes):
+            return self._finish(outcomes)
         self.storage.rollback()  # or already rolled back (the batch failed)
         return "store"
 

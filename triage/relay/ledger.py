@@ -121,7 +121,14 @@ def row_of(r: Any) -> Row:
 
 
 def decode_body(text: str | None) -> ScoreBody | None:
-    return ScoreBody.from_wire(json.loads(text)) if text else None
+    """A stored body, as a score; `BadScore` for one that is no score or that no sink could send
+    (text that is not UTF-8, left by an older relay): both storages' claims set such an op aside,
+    on its own, before any sink sees it."""
+    if not text:
+        return None
+    body = ScoreBody.from_wire(json.loads(text))
+    body.encoded()
+    return body
 
 
 class Tx:

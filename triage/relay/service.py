@@ -53,11 +53,13 @@ def check_value(decl: DeclaredScore, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise Problem(422, f"{name} is NUMERIC: the value must be a finite number")
         try:
-            value = float(value) if isinstance(value, int) and abs(value) > 2**53 else value
+            number = float(value)
         except OverflowError:  # an integer of hundreds of digits: no float, no score
-            raise Problem(422, f"{name} is NUMERIC: the value must be a finite number") from None
-        if not math.isfinite(value):
+            number = math.inf
+        if not math.isfinite(number):
             raise Problem(422, f"{name} is NUMERIC: the value must be a finite number")
+        if isinstance(value, int) and abs(value) > 2**53:
+            value = number  # beyond a float's exact integers: sent as the float it is stored as
         if (decl.min is not None and value < decl.min) or (decl.max is not None and value > decl.max):
             raise Problem(422, f"{name} must be within [{decl.min}, {decl.max}]")
         return value

@@ -14,7 +14,7 @@ import httpx
 
 from triage.domain.relay import RelayConfig
 from triage.domain.review import ensure_configs
-from triage.domain.scores import BadScore, ScoreBody
+from triage.domain.scores import ScoreBody
 from triage.errors import TriageError
 from triage.relay.ledger import Op
 from triage.relay.problems import DeliveryFailed
@@ -151,16 +151,8 @@ class LangfuseSink:
         `ScoreWrites.delete`. Raises `DeliveryFailed` when Langfuse took nothing (it is down)."""
         failed: dict[int, DeliveryFailed] = {}
         ops = coalesce(ops)
-        puts: dict[str, Op] = {}
-        for op in ops:
-            if op.op != "put" or op.body is None:
-                continue
-            try:
-                op.body.encoded()
-            except BadScore as ex:  # text no JSON encoder can send: never sendable, set aside alone
-                failed[op.seq] = DeliveryFailed(str(ex), permanent=True)
-                continue
-            puts[op.score_id] = op
+        # a body no sink could send never gets here: the claim set it aside (ledger.decode_body)
+        puts = {op.score_id: op for op in ops if op.op == "put" and op.body is not None}
         if puts:
             bodies = [replace(op.body, config_id=self.config_ids.get(op.body.name)) for op in puts.values() if op.body]
             outcome = self.writes.write(bodies, confirm=False, retry=ONE_ATTEMPT)

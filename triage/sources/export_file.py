@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from triage import jsonl
 from triage.domain.records import Observation
 from triage.domain.scores import iso_ms as iso
+from triage.domain.scores import parse_time
 from triage.domain.votes import quoted
 from triage.errors import InputError
 
@@ -34,11 +35,12 @@ SCORE_TEXT = (
 
 
 def parse_stamp(value: Any, where: str) -> datetime:
-    """A time of the file (ISO-8601); `InputError` naming `where` when it is none."""
+    """A time of the file (ISO-8601, `domain.scores.parse_time`: naive means UTC); `InputError`
+    naming `where` when it is none."""
     if isinstance(value, datetime):
         return value
     try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        return parse_time(str(value))
     except ValueError as ex:
         raise InputError(f"{where}: not an ISO-8601 time: {value!r}") from ex
 
