@@ -105,6 +105,28 @@ class Ledger:
         if self._backlog:
             self.storage.durable(True)
         self.closed = False
+        if self.inline:
+            self._redeliver()
+
+    def _redeliver(self) -> None:
+        """Deliver again what the last inline batch kept (its store commit may never have come:
+        the process was killed between the two commits); into the outbox if the store fails."""
+        pending = self.storage.inline_pending()
+        if not pending:
+            return
+        log.info("delivering the last batch again (%d ops) after a restart", len(pending),
+                 extra={"event": "inline_redelivery"})  # fmt: skip
+        with self._lock:
+            try:
+                assert self.after_commit is not None
+                self.after_commit(pending)
+            except Exception as ex:
+                log.warning("the store failed, writes kept in the outbox: %s", ex, extra={"event": "store_down"})
+                if self._to_outbox(pending) is None:
+                    return  # kept for the next start
+            self.storage.begin(())
+            self.storage.mark_inline([])
+            self.storage.commit()
 
     def checkpoint(self) -> None:
         """The storage's housekeeping (SQLite: copy the write-ahead log into the file without
@@ -255,6 +277,12 @@ class Ledger:
                 # behind a backlog, a write queues too: delivered inline, it would be overwritten
                 # by an older write of the same id that the worker delivers later
                 storage.enqueue(queued, self.now())
+            if self.inline:
+                # the store commits after the ledger: a process killed in between would leave the
+                # ledger ahead (a cleared field the store still holds, which a retried request no
+                # longer clears). The batch's ops are kept until the next transaction and delivered
+                # again at start-up; behind a backlog the outbox keeps them instead
+                storage.mark_inline([] if self._backlog else queued)
         except Exception as ex:
             down = self._rollback(ex)
             return [(None, None, down)] * len(batch)
@@ -303,6 +331,7 @@ class Ledger:
             storage.durable(True)
             storage.begin(())
             storage.enqueue(ops, self.now())
+            storage.mark_inline([])  # the outbox keeps them now
             storage.commit()
             self._backlog = True  # until the worker drains it, commits are fsynced (FULL stays)
             return "outbox"

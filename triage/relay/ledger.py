@@ -244,6 +244,16 @@ class Storage(Protocol):
 
     def has_backlog(self) -> bool: ...
 
+    def mark_inline(self, ops: Sequence[Op]) -> None:
+        """Inline mode, inside the open transaction: keep the ops this batch delivers to the store
+        after its commit, replacing the last batch's (`inline_pending` gives them back)."""
+        ...
+
+    def inline_pending(self) -> list[Op]:
+        """The ops the last inline batch kept: delivered again at start-up (idempotent), for a
+        process killed between the ledger's commit and the store's."""
+        ...
+
     def durable(self, full: bool) -> None:
         """Inline mode: whether a commit waits for the disk (SQLite's synchronous)."""
         ...

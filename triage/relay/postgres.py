@@ -228,6 +228,12 @@ class PostgresStorage:
     def durable(self, full: bool) -> None:
         return None  # a commit waits for the server's WAL flush (synchronous_commit): always durable
 
+    def mark_inline(self, ops: Sequence[Op]) -> None:
+        return None  # never inline
+
+    def inline_pending(self) -> list[Op]:
+        return []
+
     # -- delivery (the worker's thread, its own connection) ------------------------------------------
 
     def claim(self, tx: Tx, limit: int) -> list[Op]:

@@ -54,6 +54,8 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE INDEX IF NOT EXISTS outbox_id ON outbox (score_id);
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (dead, claimed, next_at);
+-- inline mode: the last batch's ops, kept until the next batch, delivered again at start-up
+CREATE TABLE IF NOT EXISTS inline_batch (ops TEXT NOT NULL);
 """
 #: `PRAGMA user_version`: 1 = authors spelled by `normalise_author`
 VERSION = 1
@@ -207,6 +209,22 @@ class SqliteStorage:
 
     def commit(self) -> None:
         self.db.execute("COMMIT")
+
+    def mark_inline(self, ops: Sequence[Op]) -> None:
+        self.db.execute("DELETE FROM inline_batch")
+        if ops:
+            kept = [[op.op, op.score_id, encoded(op)] for op in ops]
+            self.db.execute("INSERT INTO inline_batch (ops) VALUES (?)", (json.dumps(kept),))
+
+    def inline_pending(self) -> list[Op]:
+        ops: list[Op] = []
+        for (text,) in self.db.execute("SELECT ops FROM inline_batch").fetchall():
+            for kind, score_id, body in json.loads(text):
+                try:
+                    ops.append(Op(kind, score_id, decode_body(body)))
+                except (BadScore, ValueError):
+                    continue  # no store could take it: it was set aside when it was written
+        return ops
 
     def rollback(self) -> None:
         try:
