@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from triage.domain.kernel import iso_ms
 from triage.domain.records import Vote
-from triage.domain.scores import iso_ms
 from triage.domain.votes import BadVote
 
 #: the newest comments a conversation row keeps (the rest stay in the store)

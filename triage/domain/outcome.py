@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from triage.domain.kernel import one_line
 from triage.domain.records import Layer, Undecided, Usage
 from triage.domain.signatures import Worklist
 from triage.errors import ExitCode
@@ -19,8 +20,7 @@ QUESTION_CHARS = 160
 
 def shorten(text: str, limit: int = QUESTION_CHARS) -> str:
     """`text` on one line, cut to `limit` characters with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    return one_line(text, limit)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from triage.domain.kernel import clip
+
 #: a web address, as a tool's argument (no spaces: `https://...`)
 _HTTP_URL = re.compile(r"https?://\S+\Z")
 
@@ -202,12 +204,8 @@ MAX_ITEM_CHARS = 300
 MAX_NOTE_CHARS = 1000
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _items(values: list[str], more: str = "more") -> list[str]:
-    kept = [_cut(v, MAX_ITEM_CHARS) for v in values[:MAX_ITEMS]]
+    kept = [clip(v, MAX_ITEM_CHARS) for v in values[:MAX_ITEMS]]
     if len(values) > MAX_ITEMS:
         kept.append(f"... and {len(values) - MAX_ITEMS} {more}")
     return kept
@@ -237,8 +235,8 @@ def bounded(facts: Facts) -> Facts:
         name: item.model_copy(
             update={
                 "passage_ids": item.passage_ids[:MAX_ITEMS],
-                "quotes": [_cut(q, MAX_ITEM_CHARS) for q in item.quotes[:MAX_ITEMS]],
-                "note": _cut(item.note, MAX_NOTE_CHARS) if item.note else item.note,
+                "quotes": [clip(q, MAX_ITEM_CHARS) for q in item.quotes[:MAX_ITEMS]],
+                "note": clip(item.note, MAX_NOTE_CHARS) if item.note else item.note,
             }
         )
         for name, item in list(facts.evidence.items())[:MAX_ITEMS]
@@ -246,7 +244,7 @@ def bounded(facts: Facts) -> Facts:
     return facts.model_copy(
         update={
             "unsupported_claims": _items(facts.unsupported_claims),
-            "answer_sources": [_cut(s, MAX_ITEM_CHARS) for s in facts.answer_sources[:MAX_ITEMS]],
+            "answer_sources": [clip(s, MAX_ITEM_CHARS) for s in facts.answer_sources[:MAX_ITEMS]],
             "evidence": evidence,
         }
     )

@@ -21,9 +21,10 @@ import unicodedata
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
+from triage.domain.kernel import iso_ms, ms_utc, parse_time
 from triage.errors import InputError
 
 # Fixed forever: changing it would orphan every score written before.
@@ -59,26 +60,6 @@ def legacy_relay_id(name: str, answer: str, author: str) -> str:
 def score_timestamp(trace_start: datetime | None, fallback: datetime) -> datetime:
     """The trace's start time (UTC, millisecond precision), or `fallback` when it has none."""
     return ms_utc(trace_start or fallback)
-
-
-def ms_utc(stamp: datetime) -> datetime:
-    """`stamp` in UTC at millisecond precision (what Langfuse keeps; naive means UTC)."""
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    stamp = stamp.astimezone(UTC)
-    return stamp.replace(microsecond=stamp.microsecond // 1000 * 1000)
-
-
-def iso_ms(stamp: datetime) -> str:
-    """The one text form of a score time: UTC, milliseconds, `Z` (sorts as it reads)."""
-    stamp = ms_utc(stamp)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
-
-
-def parse_time(text: str) -> datetime:
-    """An ISO-8601 time (with `Z` or an offset; naive means UTC); ValueError when it is none."""
-    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
 
 
 # -- authors and turns -------------------------------------------------------------------------

@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from triage.domain.kernel import clip, parse_time
 from triage.domain.records import Vote
-from triage.domain.scores import MAX_TURN, parse_time, parse_turn
+from triage.domain.scores import MAX_TURN, parse_turn
 
 #: how much of a bad value a reason quotes (the rest may be anything a client sent)
 QUOTED_CHARS = 40
@@ -80,7 +81,7 @@ def quoted(value: object) -> str:
         text = repr(value)
     except RecursionError:  # JSON nested about as deep as the parser allows
         return f"a {type(value).__name__} nested too deeply"
-    return text if len(text) <= QUOTED_CHARS else text[: QUOTED_CHARS - 1] + "…"
+    return clip(text, QUOTED_CHARS)
 
 
 def _number(value: object) -> float | None:

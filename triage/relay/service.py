@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from triage.domain.kernel import iso_ms, parse_time
 from triage.domain.relay import HUMAN, VERDICT_FIELDS, VOTE_SCORE, DeclaredScore, RelayConfig
-from triage.domain.scores import END_USER, BadScore, PersonMeta, ScoreBody, iso_ms, parse_time, relay_score_id
+from triage.domain.scores import END_USER, BadScore, PersonMeta, ScoreBody, relay_score_id
 from triage.relay.commits import Ledger, LedgerDown
 from triage.relay.ledger import MAX_PAGE, Page, Row, Tx, decode_cursor, encode_cursor
 from triage.relay.metrics import Metrics

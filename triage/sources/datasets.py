@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
-from triage.domain.scores import iso_ms as iso
+from triage.domain.kernel import iso_ms as iso
 
 
 class DatasetTables:

@@ -14,9 +14,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from triage import jsonl
+from triage.domain.kernel import iso_ms as iso
+from triage.domain.kernel import parse_time
 from triage.domain.records import Observation
-from triage.domain.scores import iso_ms as iso
-from triage.domain.scores import parse_time
 from triage.domain.votes import quoted
 from triage.errors import InputError
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from triage.domain.conversations import TraceRef
+from triage.domain.kernel import iso_ms as iso
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, StoredScore, UnreadableTrace, Vote, WriteOutcome
 from triage.domain.scores import PersonMeta, ScoreBody, score_id
-from triage.domain.scores import iso_ms as iso
 from triage.domain.votes import BadVote, WindowVotes, in_window, read_vote, stored_time
 from triage.errors import ConfigError
 from triage.sources.datasets import DatasetTables

@@ -1,0 +1,81 @@
+"""What every part of triage shares, said once: the window, UTC time, clipping text.
+
+Commands, sources and the relay used to carry their own copies of these (five windows, five
+clippers, three ISO formatters); a copy that drifted was a bug only one command had.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+# -- the window --------------------------------------------------------------------------------
+
+#: a year: Langfuse keeps no more by default, and a datetime cannot go far past
+MAX_SINCE_HOURS = 24 * 366
+
+
+def since_hours_problem(hours: float) -> str | None:
+    """Why `hours` cannot be a window's length, or None. NaN passes every comparison, so it is
+    named first; then (0, MAX_SINCE_HOURS]."""
+    if math.isnan(hours):
+        return "must be a number of hours, not NaN"
+    if not 0 < hours <= MAX_SINCE_HOURS:
+        return f"must be more than 0 and at most {MAX_SINCE_HOURS} hours"
+    return None
+
+
+def window(
+    now: datetime, since_hours: float, *, lag_minutes: float = 0, overlap_minutes: float = 0
+) -> tuple[datetime, datetime]:
+    """[start, end): `since_hours` ending `lag_minutes` before `now`, reaching `overlap_minutes`
+    further back (the nightly job's lag for late data and overlap with last night)."""
+    end = now - timedelta(minutes=lag_minutes)
+    return end - timedelta(hours=since_hours, minutes=overlap_minutes), end
+
+
+# -- time --------------------------------------------------------------------------------------
+
+
+def as_utc(stamp: datetime) -> datetime:
+    """`stamp` in UTC; naive means UTC (what every source of triage writes)."""
+    return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
+
+
+def ms_utc(stamp: datetime) -> datetime:
+    """`stamp` in UTC at millisecond precision (what Langfuse keeps; naive means UTC)."""
+    stamp = as_utc(stamp)
+    return stamp.replace(microsecond=stamp.microsecond // 1000 * 1000)
+
+
+def iso_ms(stamp: datetime) -> str:
+    """The one text form of a stored time: UTC, milliseconds, `Z` (sorts as it reads)."""
+    stamp = ms_utc(stamp)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def iso_z(stamp: datetime) -> str:
+    """`stamp` as Langfuse's query parameters take it: UTC with `Z`, full precision."""
+    return as_utc(stamp).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO-8601 time (with `Z` or an offset; naive means UTC); ValueError when it is none."""
+    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
+
+
+# -- text --------------------------------------------------------------------------------------
+
+ELLIPSIS = "…"
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, the last an ellipsis when it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def one_line(text: str, limit: int) -> str:
+    """`text` on one line (runs of whitespace made one space), cut to `limit` with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + ELLIPSIS
