@@ -27,6 +27,7 @@ import anyio
 import mcp_types as types
 from mcp import MCPError
 
+from triage.domain.kernel import clip
 from triage.domain.records import Passage
 from triage.errors import ConfigError, SearchError, TriageError, leaves
 from triage.reading.passages import ERROR_PREFIXES, passages_from_output
@@ -77,8 +78,7 @@ def parse_result(result: types.CallToolResult, tool: str, collection: str | None
 
 
 def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(" ".join(text.split()), limit)
 
 
 @dataclass

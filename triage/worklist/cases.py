@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from triage.domain.config import TriageConfig
+from triage.domain.kernel import clip
 from triage.domain.records import Facts, Layer, Trace
 from triage.reading.trace import parse_raw
 
@@ -30,10 +31,6 @@ EXPECTATIONS: dict[Layer, str] = {
 }
 
 
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def trace_input(observations: Sequence[Any]) -> Any:
     """The root observation's logged input (parsed), when it is small enough to carry."""
     ordered = sorted(observations, key=lambda o: o.start_time)
@@ -51,7 +48,7 @@ def case_input(trace: Trace, trace_input: Any) -> dict[str, Any]:
     """The question and its context: the logged input, the session, the tool calls summarised."""
     calls = []
     for call in trace.tool_calls[:MAX_LISTED]:
-        args = {k: cut(v, MAX_ARG_CHARS) if isinstance(v, str) else v for k, v in call.args.items()}
+        args = {k: clip(v, MAX_ARG_CHARS) if isinstance(v, str) else v for k, v in call.args.items()}
         if len(json.dumps(args, ensure_ascii=False, default=str)) > 4 * MAX_ARG_CHARS:
             args = {"truncated": True}
         calls.append({"tool": call.name, "collection": call.collection, "args": args, "error": call.error})

@@ -40,13 +40,14 @@ from triage.domain.datasets import (
     PromoteResult,
     regression_item_id,
 )
+from triage.domain.kernel import clip as cut
 from triage.domain.ports import ScoreReader, TraceSource
 from triage.domain.records import StoredScore, UnreadableTrace
 from triage.domain.scores import is_end_user, normalise_author
 from triage.domain.verdicts import JobScoreNames, JobScores, current_scores
 from triage.errors import InputError
 from triage.reading.trace import read_trace
-from triage.worklist.cases import case_input, cut, layer_expectation, trace_input
+from triage.worklist.cases import case_input, layer_expectation, trace_input
 
 DEFAULT_DATASET = "triage-regressions"
 MAX_ANSWER_CHARS = 4_000

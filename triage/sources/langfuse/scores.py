@@ -9,6 +9,7 @@ from typing import Any
 
 import pydantic
 
+from triage.domain.kernel import as_utc, iso_z
 from triage.domain.records import StoredScore, Vote
 from triage.domain.scores import score_id
 from triage.domain.votes import BadVote, WindowVotes, in_window, stored_time
@@ -17,9 +18,7 @@ from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, paged
 from triage.sources.langfuse.wire import (
     ScoreRow,
     ScoresPage,
-    as_utc,
     chunks,
-    iso_z,
     newer,
     to_stored,
     to_vote,

@@ -17,15 +17,14 @@ from urllib.parse import quote
 import pydantic
 
 from triage.domain.conversations import TraceRef
+from triage.domain.kernel import as_utc, iso_z, parse_time
 from triage.domain.records import Observation, UnreadableTrace
 from triage.errors import LangfuseError
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, paged
 from triage.sources.langfuse.wire import (
     ObservationsPage,
-    as_utc,
     chunks,
     id_batches,
-    iso_z,
     legacy_observation,
     newer_observation,
     v2_observation,
@@ -217,7 +216,7 @@ class TraceReads:
         out: dict[str, datetime] = {}
         for trace in body.get("traces") or []:
             try:
-                out[trace["id"]] = as_utc(datetime.fromisoformat(trace["timestamp"].replace("Z", "+00:00")))
+                out[trace["id"]] = as_utc(parse_time(trace["timestamp"]))
             except (KeyError, ValueError, AttributeError) as ex:
                 raise LangfuseError(f"{what}: a trace does not match the API contract: {ex}") from ex
         return out
@@ -270,7 +269,7 @@ class TraceReads:
                 raise fail(what, ex) from None
             try:
                 for trace in body["data"]:
-                    stamp = as_utc(datetime.fromisoformat(trace["timestamp"].replace("Z", "+00:00")))
+                    stamp = as_utc(parse_time(trace["timestamp"]))
                     refs.setdefault(
                         trace["id"], TraceRef(trace_id=trace["id"], session_id=trace.get("sessionId"), start_time=stamp)
                     )

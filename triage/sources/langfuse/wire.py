@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import pydantic
 
+from triage.domain.kernel import as_utc
 from triage.domain.records import Observation, StoredScore, Vote
 from triage.domain.scores import ScoreBody
 from triage.domain.votes import BadVote, read_vote
@@ -105,14 +106,6 @@ class ProjectsPage(_Answer):
 def chunks(items: Sequence[T], size: int) -> Iterator[list[T]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
-
-
-def as_utc(stamp: datetime) -> datetime:
-    return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
-
-
-def iso_z(stamp: datetime) -> str:
-    return as_utc(stamp).isoformat().replace("+00:00", "Z")
 
 
 def raw_io(value: Any) -> str | None:
