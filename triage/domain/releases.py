@@ -1,0 +1,609 @@
+"""The release watch: how each release of the agent fares with its users, and whether one made things worse.
+
+Pure (no I/O). A source gives counts per release (`ReleaseCounts`: Langfuse's metrics API, the
+embedded store) or one row per answer (`TraceRow`, made counts by `from_rows`); this module gives
+the figures `triage releases` and the report show (`watch`) and the release gate (`gate`), as
+records, never rendered.
+
+The figures, and why these:
+
+- **Rates** are per answer by default (`per="answers"`): a layer's rate is that layer's triaged
+  thumbs-down over the release's answers (traces), "how often users hit this failure", and the
+  thumbs-down rate is every thumbs-down over the answers, so the layer rates add up to at most the
+  thumbs-down rate and one denominator serves every test. A vote is an answer's, so the table of a
+  test is a true 2x2 (each answer has the failure or not). Its weakness: a release that changes how
+  often users vote (a new feedback button) changes every rate; `ReleaseStats.vote_rate` shows it,
+  and `per="votes"` (thumbs-down and layers over the voted answers) is there for that case.
+- **Intervals** are Wilson score 95% intervals (`wilson`): unlike the normal approximation's they
+  stay inside [0, 1] and keep their coverage at the small counts and rates near 0 that thumbs-down
+  rates are.
+- **Comparisons**: each release against the one before it (by first seen), on the thumbs-down rate
+  and on each failure layer's rate (`COMPARED_LAYERS`: every layer but `ok`), one-sided, "the
+  candidate's rate is higher". The test is Fisher's exact test on the 2x2 table (`fisher_greater`):
+  exact at any count, so a layer with 4 failures against 12 is tested as honestly as a rate over
+  thousands, and conservative (its false alarms stay at or under the level asked). Its tail is
+  summed from the hypergeometric probabilities, in logs (`math.lgamma`) for the first term and by
+  the exact ratio of neighbours for the others, so a million answers cost no more than a hundred.
+- **The family**: the tests of one release pair are corrected together with Holm's step-down
+  (`holm`): the chance that any of them flags a pair that did not get worse stays at most `alpha`,
+  whatever the dependence between them (a layer's failures are thumbs-down too). Fisher's test is
+  discrete: from its table's margins alone (the answers, and the failures of both releases together)
+  one knows the smallest p-value it can reach (`min_p_value`). A test that could not reach `alpha`
+  even alone can never be flagged, and counting it would only raise everyone else's bar, so it is
+  left out of the family (Tarone's screen, 1990; `screen=False` keeps every test). The layers with
+  no failure in either release are the obvious case; a layer with 1 failure against 0 is another.
+- **A flag**: a release is flagged (`Comparison.worse`) when any test of the family rejects at
+  `alpha` after Holm; the owners of the layers that grew are named (`owners`: a mapping or a
+  callable layer -> owners, from the configuration, given by the caller).
+- **The gate** (`gate`: `triage releases --candidate R --baseline R0`): the same comparison between
+  two named releases, whatever their order in time; `Gate.worse` is the exit code's decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
+from typing import Literal, TypeAlias
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    computed_field,
+    model_validator,
+)
+
+from triage.domain.records import Layer
+
+#: the 97.5% quantile of the standard normal distribution: a two-sided 95% interval
+Z95 = 1.959963984540054
+#: the default level of the flag and the gate: the family-wise false-alarm rate per release pair
+ALPHA = 0.05
+#: the failure layers compared by default, in the report's order: not `ok` (a thumbs-down the judge
+#: found no fault in is no failure a team can fix; its rate is still shown)
+COMPARED_LAYERS: tuple[Layer, ...] = tuple(layer for layer in Layer if layer is not Layer.OK)
+
+#: what a rate is counted over: every answer (trace) of the release, or the answers with a vote
+Per = Literal["answers", "votes"]
+#: who owns a layer's failures: the configuration's, given by the caller
+Owners: TypeAlias = Mapping[Layer, Sequence[str]] | Callable[[Layer], Sequence[str]]
+
+
+# -- the statistics ----------------------------------------------------------------------------
+
+
+def wilson(count: int, total: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of `count` successes in `total` trials (95% by default)."""
+    if total <= 0:
+        raise ValueError(f"an interval needs at least one trial, not {total}")
+    if not 0 <= count <= total:
+        raise ValueError(f"{count} successes out of {total} trials")
+    p = count / total
+    z2 = z * z
+    scale = 1 + z2 / total
+    centre = (p + z2 / (2 * total)) / scale
+    half = z / scale * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
+    low = 0.0 if count == 0 else max(0.0, centre - half)
+    high = 1.0 if count == total else min(1.0, centre + half)
+    return low, high
+
+
+def _check_table(a: int, n1: int, b: int, n2: int) -> None:
+    if not (0 <= a <= n1 and 0 <= b <= n2):
+        raise ValueError(f"not a 2x2 table: {a} of {n1} against {b} of {n2}")
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def _pmf(x: int, n1: int, k: int, n: int) -> float:
+    """P(X = x), X hypergeometric: `n1` drawn from `n`, of which `k` are marked."""
+    if not max(0, n1 - (n - k)) <= x <= min(k, n1):
+        return 0.0
+    return math.exp(_log_comb(k, x) + _log_comb(n - k, n1 - x) - _log_comb(n, n1))
+
+
+def fisher_greater(a: int, n1: int, b: int, n2: int) -> float:
+    """One-sided Fisher exact test that the first rate (`a` of `n1`) is higher than the second
+    (`b` of `n2`): P(X >= a), X hypergeometric given the margins (`a + b` failures, `n1` and `n2`).
+
+    The tail is summed away from the distribution's mode, where its terms only shrink (and the sum
+    stops when they no longer count); a tail that holds the mode is one minus the other tail."""
+    _check_table(a, n1, b, n2)
+    k, n = a + b, n1 + n2
+    low, high = max(0, n1 - (n - k)), min(k, n1)
+    if a <= low:
+        return 1.0
+    mode = (n1 + 1) * (k + 1) // (n + 2)
+    if a > mode:  # the upper tail, from a up
+        term = total = _pmf(a, n1, k, n)
+        for x in range(a, high):
+            term *= (k - x) * (n1 - x) / ((x + 1) * (n - k - n1 + x + 1))
+            total += term
+            if term <= total * 1e-17:
+                break
+        return min(1.0, total)
+    # the lower tail, from a - 1 down: P(X >= a) = 1 - P(X <= a - 1)
+    term = total = _pmf(a - 1, n1, k, n)
+    for x in range(a - 1, low, -1):
+        term *= x * (n - k - n1 + x) / ((k - x + 1) * (n1 - x + 1))
+        total += term
+        if term <= total * 1e-17:
+            break
+    return max(0.0, 1.0 - total)
+
+
+def min_p_value(a: int, n1: int, b: int, n2: int) -> float:
+    """The smallest one-sided p-value `fisher_greater` can give a table with these margins (`n1`,
+    `n2` and `a + b` failures): all the failures it can hold in the first row."""
+    _check_table(a, n1, b, n2)
+    k, n = a + b, n1 + n2
+    low, high = max(0, n1 - (n - k)), min(k, n1)
+    return 1.0 if high <= low else _pmf(high, n1, k, n)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p times
+    (m - i + 1), never below the one before it, at most 1. Reject where the adjusted p <= alpha."""
+    for p in p_values:
+        if not 0.0 <= p <= 1.0:  # NaN fails too
+            raise ValueError(f"a p-value is in [0, 1], not {p}")
+    m = len(p_values)
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda j: p_values[j])):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+# -- what the sources give ---------------------------------------------------------------------
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReleaseCounts(_Record):
+    """One release's counts over a window, as a source gives them.
+
+    `answers`: its traces; `votes`: the answers with a vote (one per answer, however many votes it
+    got); `thumbs_down`: the answers with a thumbs-down; `layers`: the triaged thumbs-down by layer
+    (the rest are untriaged); `signatures`: the failures' signatures, counted."""
+
+    release: str = Field(min_length=1)
+    version: str | None = None
+    first_seen: AwareDatetime
+    last_seen: AwareDatetime
+    answers: NonNegativeInt
+    votes: NonNegativeInt
+    thumbs_down: NonNegativeInt
+    layers: dict[Layer, NonNegativeInt] = Field(default_factory=dict)
+    signatures: dict[str, NonNegativeInt] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ReleaseCounts:
+        where = f"release {self.release!r}"
+        if self.last_seen < self.first_seen:
+            raise ValueError(f"{where}: last seen ({self.last_seen}) before first seen ({self.first_seen})")
+        if not self.thumbs_down <= self.votes <= self.answers:
+            raise ValueError(
+                f"{where}: needs thumbs-down <= votes <= answers, not {self.thumbs_down}, {self.votes}, {self.answers}"
+            )
+        if self.triaged > self.thumbs_down:
+            raise ValueError(f"{where}: {self.triaged} triaged failures but {self.thumbs_down} thumbs-down")
+        if sum(self.signatures.values()) > self.thumbs_down:
+            raise ValueError(f"{where}: more failures in signatures than thumbs-down ({self.thumbs_down})")
+        return self
+
+    @property
+    def triaged(self) -> int:
+        return sum(self.layers.values())
+
+    @property
+    def untriaged(self) -> int:
+        return self.thumbs_down - self.triaged
+
+    def over(self, per: Per) -> int:
+        """The denominator of its rates."""
+        return self.answers if per == "answers" else self.votes
+
+
+class TraceRow(_Record):
+    """One answer's row, for a source that reads traces rather than counts. A trace may come in
+    several rows (its vote in one, its verdict in another): `from_rows` merges them."""
+
+    trace_id: str = Field(min_length=1)
+    release: str | None = None  # None or blank: a trace that carries no release
+    version: str | None = None
+    timestamp: AwareDatetime
+    #: the vote's value (0: thumbs-down, as `records.Vote.is_thumbs_down`); None: no vote
+    vote: float | None = Field(default=None, allow_inf_nan=False)
+    #: the triaged layer of its thumbs-down; None: not triaged (yet)
+    layer: Layer | None = None
+    signature: str | None = None
+
+
+class RowNote(_Record):
+    """A trace's rows that do not agree with one another, and what was counted of it."""
+
+    trace_id: str
+    reason: str
+
+
+class ReleaseRows(_Record):
+    """What a source's rows make: counts per release (by first seen), the answers whose trace
+    carries no release (they belong to no release, so no comparison), and the notes."""
+
+    releases: list[ReleaseCounts]
+    unreleased: int
+    notes: list[RowNote]
+
+
+@dataclass
+class _Tally:
+    seen: list[datetime] = field(default_factory=list)
+    versions: Counter[str] = field(default_factory=Counter)
+    votes: int = 0
+    thumbs_down: int = 0
+    layers: Counter[Layer] = field(default_factory=Counter)
+    signatures: Counter[str] = field(default_factory=Counter)
+
+
+def from_rows(rows: Iterable[TraceRow]) -> ReleaseRows:
+    """Counts per release from per-answer rows.
+
+    A trace is one answer. Its release is the one its rows name (rows naming none do not count
+    against it); a trace whose rows name two releases is counted in neither, and noted. It is voted
+    when a row has a vote, a thumbs-down when a vote is 0. A layer or a signature counts only with a
+    thumbs-down (else it is noted and left out); two different ones on one trace count as none
+    (untriaged), noted. A release's version is its traces' most common (the earliest's on a tie).
+    """
+    by_trace: dict[str, list[TraceRow]] = {}
+    for row in rows:
+        by_trace.setdefault(row.trace_id, []).append(row)
+    traces = sorted(by_trace.items(), key=lambda item: (min(r.timestamp for r in item[1]), item[0]))
+    tallies: dict[str, _Tally] = {}
+    notes: list[RowNote] = []
+    unreleased = 0
+    for trace_id, trace_rows in traces:
+        named = sorted({r.release for r in trace_rows if r.release is not None and r.release.strip()})
+        if not named:
+            unreleased += 1
+            continue
+        if len(named) > 1:
+            notes.append(
+                RowNote(trace_id=trace_id, reason=f"named by releases {', '.join(named)}: counted in none")
+            )
+            continue
+        tally = tallies.setdefault(named[0], _Tally())
+        tally.seen.append(min(r.timestamp for r in trace_rows))
+        tally.versions.update({v for r in trace_rows if (v := r.version) is not None})
+        votes = [r.vote for r in trace_rows if r.vote is not None]
+        down = any(v == 0 for v in votes)
+        tally.votes += bool(votes)
+        tally.thumbs_down += down
+        layer_set = {r.layer for r in trace_rows if r.layer is not None}
+        signature_set = {s for r in trace_rows if (s := r.signature)}
+        for what, found in (("layer", layer_set), ("signature", signature_set)):
+            if found and not down:
+                notes.append(
+                    RowNote(trace_id=trace_id, reason=f"a {what} without a thumbs-down: not counted")
+                )
+            elif len(found) > 1:
+                names = ", ".join(sorted(str(f) for f in found))
+                notes.append(
+                    RowNote(trace_id=trace_id, reason=f"{what}s {names} on one answer: counted as none")
+                )
+        if down and len(layer_set) == 1:
+            tally.layers[layer_set.pop()] += 1
+        if down and len(signature_set) == 1:
+            tally.signatures[signature_set.pop()] += 1
+    releases = [
+        ReleaseCounts(
+            release=name,
+            version=t.versions.most_common(1)[0][0] if t.versions else None,
+            first_seen=min(t.seen),
+            last_seen=max(t.seen),
+            answers=len(t.seen),
+            votes=t.votes,
+            thumbs_down=t.thumbs_down,
+            layers=dict(t.layers),
+            signatures=dict(t.signatures),
+        )
+        for name, t in tallies.items()
+    ]
+    return ReleaseRows(releases=_in_order(releases), unreleased=unreleased, notes=notes)
+
+
+def _in_order(releases: Iterable[ReleaseCounts]) -> list[ReleaseCounts]:
+    ordered = sorted(releases, key=lambda r: (r.first_seen, r.release))
+    names = Counter(r.release for r in ordered)
+    if twice := sorted(name for name, n in names.items() if n > 1):
+        raise ValueError(f"releases given more than once: {', '.join(twice)}")
+    return ordered
+
+
+# -- what the report needs ---------------------------------------------------------------------
+
+
+class Rate(_Record):
+    """`count` of `total`, with its Wilson 95% interval (all None when `total` is 0)."""
+
+    count: int
+    total: int
+    value: float | None
+    low: float | None
+    high: float | None
+
+
+def rate(count: int, total: int) -> Rate:
+    if total == 0:
+        if count:
+            raise ValueError(f"{count} out of nothing")
+        return Rate(count=0, total=0, value=None, low=None, high=None)
+    low, high = wilson(count, total)
+    return Rate(count=count, total=total, value=count / total, low=low, high=high)
+
+
+class LayerRate(_Record):
+    layer: Layer
+    rate: Rate
+
+
+class SignatureCount(_Record):
+    signature: str
+    count: int
+
+
+class ReleaseStats(_Record):
+    """One release's figures: its counts, its rates over `per`, its failures' layers and signatures."""
+
+    release: str
+    version: str | None
+    first_seen: datetime
+    last_seen: datetime
+    answers: int
+    votes: int
+    thumbs_down: int
+    untriaged: int  # thumbs-down without a layer
+    per: Per
+    vote_rate: Rate  # votes over answers: a change here moves every per-answer rate
+    thumbs_down_rate: Rate
+    layers: list[LayerRate]  # every layer it has a failure in, in the report's order
+    signatures: list[SignatureCount]  # the most failures first
+
+
+def release_stats(counts: ReleaseCounts, per: Per = "answers") -> ReleaseStats:
+    over = counts.over(per)
+    return ReleaseStats(
+        release=counts.release,
+        version=counts.version,
+        first_seen=counts.first_seen,
+        last_seen=counts.last_seen,
+        answers=counts.answers,
+        votes=counts.votes,
+        thumbs_down=counts.thumbs_down,
+        untriaged=counts.untriaged,
+        per=per,
+        vote_rate=rate(counts.votes, counts.answers),
+        thumbs_down_rate=rate(counts.thumbs_down, over),
+        layers=[
+            LayerRate(layer=layer, rate=rate(counts.layers[layer], over))
+            for layer in Layer
+            if counts.layers.get(layer, 0) > 0
+        ],
+        signatures=[
+            SignatureCount(signature=s, count=n)
+            for s, n in sorted(counts.signatures.items(), key=lambda item: (-item[1], item[0]))
+            if n > 0
+        ],
+    )
+
+
+class RateTest(_Record):
+    """One comparison: is the candidate's rate higher than the baseline's?"""
+
+    layer: Layer | None  # None: the thumbs-down rate
+    candidate: Rate
+    baseline: Rate
+    p_value: float  # one-sided Fisher exact test
+    min_p_value: float  # the smallest p-value these margins allow
+    #: Holm-adjusted over the pair's family; None: left out of it (could not reach alpha alone)
+    p_adjusted: float | None
+    higher: bool  # beyond chance: p_adjusted <= alpha
+    owners: list[str]  # the layer's owners (none for the thumbs-down rate)
+
+
+class Comparison(_Record):
+    """A release (the candidate) against another (the baseline): the thumbs-down rate and each
+    compared layer's, corrected together."""
+
+    candidate: str
+    baseline: str
+    per: Per
+    alpha: float
+    tests: list[RateTest]  # the thumbs-down rate first, then the layers in the report's order
+    #: the candidate's signatures the baseline has no failure in, the most failures first
+    new_signatures: list[str]
+
+    @property
+    def overall(self) -> RateTest:
+        return self.tests[0]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def family_size(self) -> int:
+        """How many tests Holm's correction counted."""
+        return sum(t.p_adjusted is not None for t in self.tests)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def flagged_layers(self) -> list[Layer]:
+        return [t.layer for t in self.tests if t.layer is not None and t.higher]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def worse(self) -> bool:
+        """The thumbs-down rate, or one layer's, higher beyond chance."""
+        return any(t.higher for t in self.tests)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def owners(self) -> list[str]:
+        """The owners of the layers that grew beyond chance, each once."""
+        return list(
+            dict.fromkeys(o for t in self.tests if t.layer is not None and t.higher for o in t.owners)
+        )
+
+
+def _owners_of(owners: Owners | None, layer: Layer) -> list[str]:
+    if owners is None:
+        return []
+    if isinstance(owners, Mapping):
+        return list(owners.get(layer, ()))
+    return list(owners(layer))
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 < alpha < 1.0:  # NaN fails too
+        raise ValueError(f"alpha is in (0, 1), not {alpha}")
+
+
+def compare(
+    candidate: ReleaseCounts,
+    baseline: ReleaseCounts,
+    *,
+    alpha: float = ALPHA,
+    per: Per = "answers",
+    owners: Owners | None = None,
+    layers: Iterable[Layer] = COMPARED_LAYERS,
+    screen: bool = True,
+) -> Comparison:
+    """The candidate against the baseline: the thumbs-down rate and each of `layers`' rates, each
+    by the one-sided Fisher exact test, corrected together by Holm's step-down; with `screen`, a
+    test that could not reach `alpha` even alone is left out of the correction (never flagged)."""
+    _check_alpha(alpha)
+    n1, n2 = candidate.over(per), baseline.over(per)
+    tables: list[tuple[Layer | None, int, int]] = [(None, candidate.thumbs_down, baseline.thumbs_down)]
+    tables += [
+        (layer, candidate.layers.get(layer, 0), baseline.layers.get(layer, 0))
+        for layer in dict.fromkeys(layers)
+    ]
+    p_values = [fisher_greater(a, n1, b, n2) for _, a, b in tables]
+    floors = [min_p_value(a, n1, b, n2) for _, a, b in tables]
+    family = [i for i, floor in enumerate(floors) if not screen or floor <= alpha]
+    adjusted: dict[int, float] = dict(zip(family, holm([p_values[i] for i in family]), strict=True))
+    tests = [
+        RateTest(
+            layer=layer,
+            candidate=rate(a, n1),
+            baseline=rate(b, n2),
+            p_value=p_values[i],
+            min_p_value=floors[i],
+            p_adjusted=adjusted.get(i),
+            higher=i in adjusted and adjusted[i] <= alpha,
+            owners=[] if layer is None else _owners_of(owners, layer),
+        )
+        for i, (layer, a, b) in enumerate(tables)
+    ]
+    new = [
+        s
+        for s, n in sorted(candidate.signatures.items(), key=lambda item: (-item[1], item[0]))
+        if n > 0 and baseline.signatures.get(s, 0) == 0
+    ]
+    return Comparison(
+        candidate=candidate.release,
+        baseline=baseline.release,
+        per=per,
+        alpha=alpha,
+        tests=tests,
+        new_signatures=new,
+    )
+
+
+class ReleaseWatch(_Record):
+    """Every release of a window, by first seen, and each against the one before it."""
+
+    per: Per
+    alpha: float
+    releases: list[ReleaseStats]
+    comparisons: list[Comparison]  # one per release but the first, in the same order
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def flagged(self) -> list[str]:
+        """The releases worse than the one before them beyond chance."""
+        return [c.candidate for c in self.comparisons if c.worse]
+
+    def comparison_of(self, release: str) -> Comparison | None:
+        """The release against the one before it (None: the first, or not in the window)."""
+        return next((c for c in self.comparisons if c.candidate == release), None)
+
+
+def watch(
+    releases: Iterable[ReleaseCounts],
+    *,
+    alpha: float = ALPHA,
+    per: Per = "answers",
+    owners: Owners | None = None,
+    layers: Iterable[Layer] = COMPARED_LAYERS,
+    screen: bool = True,
+) -> ReleaseWatch:
+    """Each release's figures, and each release against the previous one (by first seen, then
+    name). The false-alarm rate is held at `alpha` per pair, not over the window's pairs."""
+    _check_alpha(alpha)
+    ordered = _in_order(releases)
+    compared = tuple(dict.fromkeys(layers))
+    return ReleaseWatch(
+        per=per,
+        alpha=alpha,
+        releases=[release_stats(r, per) for r in ordered],
+        comparisons=[
+            compare(current, previous, alpha=alpha, per=per, owners=owners, layers=compared, screen=screen)
+            for previous, current in pairwise(ordered)
+        ],
+    )
+
+
+class Gate(_Record):
+    """`triage releases --candidate R --baseline R0`: the two releases' figures and their comparison."""
+
+    candidate: ReleaseStats
+    baseline: ReleaseStats
+    comparison: Comparison
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def worse(self) -> bool:
+        """The candidate is worse than the baseline beyond chance: the gate fails."""
+        return self.comparison.worse
+
+
+def gate(
+    candidate: ReleaseCounts,
+    baseline: ReleaseCounts,
+    alpha: float = ALPHA,
+    *,
+    per: Per = "answers",
+    owners: Owners | None = None,
+    layers: Iterable[Layer] = COMPARED_LAYERS,
+    screen: bool = True,
+) -> Gate:
+    """The release gate: the candidate against the named baseline, whichever was seen first."""
+    if candidate.release == baseline.release:
+        raise ValueError(f"the candidate and the baseline are the same release ({candidate.release!r})")
+    return Gate(
+        candidate=release_stats(candidate, per),
+        baseline=release_stats(baseline, per),
+        comparison=compare(
+            candidate, baseline, alpha=alpha, per=per, owners=owners, layers=layers, screen=screen
+        ),
+    )
