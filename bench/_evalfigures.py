@@ -11,15 +11,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from triage.config import load_config
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Passage, Trace
 from triage.judges import prompts
 from triage.judges.cascade import CascadeJudge
 from triage.judges.heuristic import HeuristicJudge
-from triage.judges.llm.blocks import passage_set
+from triage.judges.llm_messages import passage_set
 from triage.reading.trace import read_trace
 from triage.search.index import Index
 from triage.search.local import LocalSearcher, Researcher
+from triage.settings import load_config
 from triage.sources.store import Store
 
 CONTAINMENT_FACTS = ("retrieved_has_answer", "index_has_answer", "answer_collection")
@@ -116,7 +117,7 @@ async def figures(
         base = Facts(
             agent_searched=trace.searched, agent_searched_collections=sorted(trace.searched_collections)
         )
-        cheap = await cheap_judge.judge(trace, research.get(case["id"]), case["comment"] or None, base)
+        cheap = await cheap_judge.judge(JudgeRequest(trace, research.get(case["id"]), case["comment"] or None, base))
         # a perfect model's call A returns the labelled containment facts
         model = base.model_copy(update={k: truth[k] for k in CONTAINMENT_FACTS})
         for name, decided in CascadeJudge.settled(trace, cheap, model):

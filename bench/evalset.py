@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from tests.doubles.perfect_model import PerfectModel
     from triage.domain.calibration import EvalReport
-    from triage.sinks.calibration import render_eval
+    from triage.sinks.report import render_eval
     from triage.sources.export_file import vote_shift
 
     cases = verify.load_cases()

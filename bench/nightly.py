@@ -41,7 +41,7 @@ from _traces import TraceFactory, corpus_missing  # noqa: E402
 
 from tests.doubles.langfuse_server import LangfuseStandIn  # noqa: E402
 from tests.doubles.openai_server import OpenAIServer  # noqa: E402
-from triage.config import load_config  # noqa: E402
+from triage.settings import load_config  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus"
 MODEL = "bench-judge"

@@ -6,7 +6,7 @@
 
 The traces are read back from a store and re-searched once, the way the job does it (the job's
 `read_trace` and `Researcher` over the set's index); then every combination of the grid below is
-applied to `triage.judges.offline.containment` and the heuristic judge is run over every trace in
+applied to `triage.judges.containment` and the heuristic judge is run over every trace in
 process, the layer decided by the job's rule. Prints the best combinations by dev layer accuracy
 (ties: the one nearest the shipped values), with their test figure beside, and the shipped values'
 figures. The grid is small on purpose: 47 points of dev per layer are few, and a finer grid only
@@ -37,10 +37,10 @@ GRID: dict[str, list[float]] = {
 
 
 async def _load(set_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], str]:
-    from triage.config import load_config
     from triage.reading.trace import read_trace
     from triage.search.index import Index
     from triage.search.local import LocalSearcher, Researcher
+    from triage.settings import load_config
     from triage.sources.export_file import vote_shift
     from triage.sources.store import Store
 
@@ -78,26 +78,23 @@ _ORIGINAL: list[Any] = []
 async def _accuracy(
     labels: list[dict[str, Any]], traces: dict[str, Any], research: dict[str, Any], issues: str
 ) -> dict[str, float]:
-    from triage.domain.records import Facts
+    from triage.domain.ports import JudgeRequest
     from triage.domain.rule import Undetermined, decide
     from triage.engine.verdicts import empty_answer_facts
+    from triage.judges import containment as cont
     from triage.judges import heuristic
-    from triage.judges.offline import containment as cont
 
     judge = heuristic.HeuristicJudge()
     right: dict[str, list[int]] = {}
     for row in labels:
         trace = traces[row["trace_id"]]
-        base = Facts(
-            agent_searched=trace.searched, agent_searched_collections=sorted(trace.searched_collections)
-        )
         key = (row["trace_id"], cont.TOPIC_SHARE)
         if not _ORIGINAL:
             _ORIGINAL.append(heuristic.signals)
         if key not in _SIGNALS:
             _SIGNALS[key] = _ORIGINAL[0](trace, research.get(row["trace_id"]))
         heuristic.signals = lambda *_, key=key: _SIGNALS[key]  # type: ignore[assignment]
-        facts = await judge.judge(trace, research.get(row["trace_id"]), None, base)
+        facts = await judge.judge(JudgeRequest.of(trace, research.get(row["trace_id"])))
         if not trace.answer.strip():
             facts = empty_answer_facts(facts)
         try:
@@ -115,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=10)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from triage.judges.offline import containment as cont
+    from triage.judges import containment as cont
 
     labels, traces, research, issues = asyncio.run(_load(args.set))
     shipped = {name: getattr(cont, name) for name in GRID}

@@ -438,7 +438,7 @@ def _security(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
 @rule("window-coverage")
 def _window(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
     """A run that starts as late as startingDeadlineSeconds must still overlap the previous window."""
-    from triage.config import load_config  # the project's own loader: the real merge over the defaults
+    from triage.settings import load_config  # the project's own loader: the real merge over the defaults
 
     maps = {_key(d)[1:]: d for docs in files.values() for d in docs if d.get("kind") == "ConfigMap"}
     for file, doc, spec, name in _workloads(files):

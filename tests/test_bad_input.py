@@ -29,7 +29,7 @@ from tests.test_promote import SELECT, records
 from triage.cli import cli
 from triage.domain.calibration import EvalReport
 from triage.errors import ExitCode
-from triage.sinks.calibration import render_eval
+from triage.sinks.report import render_eval
 from triage.sources.store import Store
 
 #: depths from well below to past where `json.loads` gives up (about 1000 less the stack in use)

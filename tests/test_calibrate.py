@@ -26,7 +26,7 @@ from triage.domain.config import CalibrationConfig
 from triage.domain.records import Facts, Layer, StoredScore
 from triage.domain.scores import score_id
 from triage.errors import ExitCode
-from triage.sinks.calibration import render_calibration
+from triage.sinks.report import render_calibration
 
 LAYERS = [layer.value for layer in Layer]
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from triage.config import load_config
 from triage.domain.config import TriageConfig
-from triage.domain.ownership import choose_component, component_from_sources, component_from_text
+from triage.domain.rule import choose_component, component_from_sources, component_from_text
+from triage.settings import load_config
 
 CONFIG = load_config()
 # absolute links in a page's text (Markdown, HTML attributes, shortcodes)

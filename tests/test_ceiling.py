@@ -19,6 +19,7 @@ import pytest
 
 from tests.doubles.perfect_model import PerfectModel
 from tests.test_llm_judge import base_for, make_judge
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Passage, ToolCall, Trace
 from triage.errors import JudgeError
 from triage.judges.cascade import CascadeJudge
@@ -152,7 +153,7 @@ async def test_the_perfect_model_cites_only_what_it_was_shown(text: str, holds: 
     with PerfectModel([CASE]) as model:
         async with openai.AsyncOpenAI(base_url=model.url, api_key="test") as client:
             trace = _trace(text)
-            facts = await make_judge(client).judge(trace, [], None, base_for(trace))
+            facts = await make_judge(client).judge(JudgeRequest(trace, [], None, base_for(trace)))
         assert model.unknown == []
     assert facts.retrieved_has_answer is holds
     # grounded as labelled only where the needed strings it cites were shown
@@ -167,5 +168,5 @@ async def test_the_perfect_model_refuses_a_question_it_does_not_know() -> None:
         async with openai.AsyncOpenAI(base_url=model.url, api_key="test") as client:
             trace = _trace(ANSWERING).model_copy(update={"question": "Something else entirely?"})
             with pytest.raises(JudgeError):  # a 400: the trace is listed, never judged from nothing
-                await make_judge(client, max_retries=0).judge(trace, [], None, base_for(trace))
+                await make_judge(client, max_retries=0).judge(JudgeRequest(trace, [], None, base_for(trace)))
         assert set(model.unknown) == {"Something else entirely?"}

@@ -1,9 +1,9 @@
-"""The command line: help, exit codes (the CronJob's contract), import, and the README kept in step."""
+"""The command line: help, exit codes (the CronJob's contract), import. The docs kept in step with it:
+tests/test_docs.py."""
 
 from __future__ import annotations
 
 import json
-import re
 import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,9 +15,7 @@ from click.testing import CliRunner
 from tests.doubles.clock import VirtualClock
 from tests.factories import lines, trace_line
 from triage.cli import cli
-from triage.errors import ExitCode
 
-REPO = Path(__file__).resolve().parents[1]
 DOCS_URL = "https://www.kubeflow.org/docs/components/katib/early-stopping/"
 
 
@@ -46,26 +44,6 @@ def test_every_command_has_useful_help(path: list[str]) -> None:
     assert out.startswith("Usage: triage")
     description = out.split("\n\n")[1].strip()
     assert len(description) > 20, f"{path}: help has no description"
-
-
-def test_readme_documents_every_command_and_option() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    for path, command in all_commands():
-        if path:
-            assert f"triage {' '.join(path)}" in readme, f"README does not mention `triage {' '.join(path)}`"
-        for param in command.params:
-            for opt in getattr(param, "opts", []):
-                if opt.startswith("--") and opt not in ("--help", "--version"):
-                    assert opt in readme, f"README does not document {opt} of `triage {' '.join(path)}`"
-
-
-def test_readme_exit_code_table_matches_the_cli() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = dict(re.findall(r"^\| `(\d)` \| ([^|]+)\|", readme, flags=re.MULTILINE))
-    assert sorted(table) == [str(int(code)) for code in ExitCode] == ["0", "1", "2", "3", "4", "5", "6"]
-    help_text = " ".join(CliRunner().invoke(cli, ["--help"]).output.split())
-    for code in ExitCode:
-        assert f"{int(code)} {code.label}" in help_text
 
 
 def test_empty_store_is_a_clean_run() -> None:

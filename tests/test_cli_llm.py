@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from tests.doubles.clock import VirtualClock
 from tests.doubles.openai_server import OpenAIServer, keyword_responder
+from triage.app import DEMO_DIR, demo_shift
 from triage.cli import cli
-from triage.compose import DEMO_DIR, demo_shift
-from triage.config import load_config
+from triage.settings import load_config
 from triage.sources.store import Store
 
 SECRET = "sk-test-0123456789abcdef"

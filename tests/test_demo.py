@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
 from click.testing import CliRunner
 
+from tests.test_docs import DOCS, README, fence_blocks, parse
+from triage.app import DEMO_DIR
+from triage.app import run_demo as demo
 from triage.cli import cli
-from triage.compose import DEMO_DIR, demo
-from triage.config import load_config
 from triage.domain.records import Layer
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
 from triage.judges.replay import ReplayJudge
+from triage.settings import load_config
 from triage.sources.store import Store
 
 
@@ -93,13 +96,43 @@ def test_recorded_facts_replay_to_the_same_layers_without_search_or_model(tmp_pa
     assert replayed.usage.calls == 0 and replayed.search_calls == 0
 
 
-def test_readme_shows_what_the_demo_prints() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    out = CliRunner().invoke(cli, ["demo"], catch_exceptions=False, prog_name="triage").stdout
-    table = [line for line in out.splitlines() if line.startswith("|")]
-    assert table and all(line in readme for line in table), "README's demo output is stale: rerun `triage demo`"
-    entries = [line for line in out.splitlines() if line.startswith(("- **", "  - component"))]
-    assert all(line in readme for line in entries)
+def _dated(line: str) -> str:
+    # a run's dates and times are its own; everything else is the same on every run
+    return re.sub(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}", "D", line)
+
+
+def _logged(line: str) -> str:
+    # a log line without its time stamp, its figures (rates, seconds) as N
+    return re.sub(r"\d+(?:\.\d+)?", "N", re.sub(r"^\S+Z\s+", "", line))
+
+
+def test_the_docs_show_what_the_demo_prints() -> None:
+    """README.md shows the top of `triage demo`'s output, docs/report.md all of it: every line they
+    show is one the demo prints (dates and timings aside), and docs/report.md misses none of the
+    report's tables and items. After a change to the report: rerun `triage demo` and paste."""
+    result = CliRunner().invoke(cli, ["demo"], catch_exceptions=False, prog_name="triage")
+    printed = {_dated(line) for line in result.stdout.splitlines()}
+    logged = {_logged(line) for line in result.stderr.splitlines()}
+    shown: dict[str, tuple[list[str], list[str]]] = {}
+    for page in (README, DOCS / "report.md"):
+        tokens = parse(page)
+        reports = [b.splitlines() for b in fence_blocks(tokens, "markdown")]
+        logs = [b.splitlines() for b in fence_blocks(tokens, "") if b.startswith("20")]
+        assert reports and logs, f"{page.name} shows no demo output"
+        report = [line for block in reports for line in block if line.strip() and line != "..."]
+        log = [line for block in logs for line in block]
+        stale = [line for line in report if _dated(line) not in printed]
+        stale += [line for line in log if _logged(line) not in logged]
+        assert not stale, f"{page.name}: the demo does not print {stale[:3]}: rerun `triage demo`"
+        shown[page.name] = report, log
+    report, log = shown["report.md"]
+    whole = {_dated(line) for line in report}
+    wanted = [line for line in result.stdout.splitlines() if line.startswith(("|", "- **", "  - component"))]
+    assert wanted and all(_dated(line) in whole for line in wanted), "docs/report.md: rerun `triage demo`"
+    assert {_logged(line) for line in log} == logged
+    readme_report, _ = shown["README.md"]
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")][:8]
+    assert all(line in readme_report for line in table), "README.md: the totals table is stale"
 
 
 def test_the_demo_report_is_the_same_bytes_at_any_concurrency(tmp_path: Path) -> None:
@@ -107,9 +140,9 @@ def test_the_demo_report_is_the_same_bytes_at_any_concurrency(tmp_path: Path) ->
     finished, and the report carried the wall time). Four runs, at concurrency 1 and 16: one report."""
     from datetime import UTC, datetime
 
-    from triage.compose import demo
-    from triage.config import load_config
+    from triage.app import run_demo as demo
     from triage.engine.options import RunOptions
+    from triage.settings import load_config
     from triage.sinks.report import render_report
 
     now = datetime(2026, 12, 1, 14, 13, tzinfo=UTC)

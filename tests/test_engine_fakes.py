@@ -16,13 +16,13 @@ import pytest
 
 from tests.doubles.fakes import FakeJudge, FakeSearcher, FakeSource, passage
 from tests.factories import NOW, session_vote, trace_line
-from triage.config import load_config
 from triage.domain.outcome import RunResult
 from triage.domain.records import Facts
 from triage.domain.scores import ScoreBody
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
 from triage.errors import ExitCode, JudgeError, JudgeRejected, LangfuseError, SearchError
+from triage.settings import load_config
 
 DOCS_URL = "https://www.kubeflow.org/docs/components/katib/early-stopping/"
 EARLY = "Enable early stopping in a Katib Experiment by setting earlyStopping.algorithmName to medianstop."

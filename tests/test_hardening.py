@@ -250,12 +250,12 @@ def test_a_report_file_in_a_missing_folder_is_refused_before_the_run(tmp_path: P
 
 
 def test_a_crash_under_json_logs_is_a_json_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    import triage.compose
+    import triage.app
 
     def crash(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(triage.compose, "feedback", crash)
+    monkeypatch.setattr(triage.app.Triage, "feedback", crash)
     result = _invoke(["feedback", "--log-format", "json"])
     assert result.exit_code == 1
     last = json.loads(result.stderr.strip().splitlines()[-1])
@@ -268,10 +268,11 @@ def test_a_judge_answering_html_lists_the_trace_instead_of_crashing(virtual_time
     import httpx
     import openai
 
-    from triage.config import load_config
+    from triage.domain.ports import JudgeRequest
     from triage.domain.records import Facts, Passage, ToolCall, Trace
     from triage.errors import JudgeRejected
-    from triage.judges.llm.judge import LLMJudge
+    from triage.judges.llm import LLMJudge
+    from triage.settings import load_config
 
     def html(request: httpx.Request) -> httpx.Response:
         return httpx.Response(
@@ -295,7 +296,7 @@ def test_a_judge_answering_html_lists_the_trace_instead_of_crashing(virtual_time
         )
         try:
             await judge.judge(
-                trace, [], None, Facts(agent_searched=True, agent_searched_collections=["docs"])
+                JudgeRequest(trace, [], None, Facts(agent_searched=True, agent_searched_collections=["docs"]))
             )
         finally:
             await judge.aclose()

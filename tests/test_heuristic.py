@@ -7,12 +7,12 @@ from fractions import Fraction
 
 import pytest
 
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Passage, ToolCall, Trace
 from triage.domain.rule import decide
-from triage.judges.heuristic import HeuristicJudge, unsupported
-from triage.judges.offline import containment as cont
-from triage.judges.offline.declines import absence_cues, declines, listed_phrases
-from triage.judges.offline.grounding import (
+from triage.judges import containment as cont
+from triage.judges.declines import absence_cues, declines, listed_phrases
+from triage.judges.grounding import (
     Grounding,
     answer_text,
     arithmetic,
@@ -24,7 +24,8 @@ from triage.judges.offline.grounding import (
     unsupported_specifics,
     value_contradictions,
 )
-from triage.judges.offline.text import (
+from triage.judges.heuristic import HeuristicJudge, unsupported
+from triage.judges.offline_text import (
     Pool,
     fenced_code,
     looks_english,
@@ -611,7 +612,7 @@ async def test_the_judge_states_a_confidence_for_every_fact() -> None:
         passages=[PAGE],
     )
     base = Facts(agent_searched=True, agent_searched_collections=["docs"])
-    facts = await HeuristicJudge().judge(trace, [PAGE, *NOISE], None, base)
+    facts = await HeuristicJudge().judge(JudgeRequest(trace, [PAGE, *NOISE], None, base))
     assert decide(facts).value == "ok"
     for name in ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined"):
         assert facts.evidence[name].confidence in ("high", "medium", "low")
@@ -704,7 +705,7 @@ async def _decline_evidence(answer: str) -> tuple[bool, str]:
         passages=[PAGE],
     )
     base = Facts(agent_searched=True, agent_searched_collections=["docs"])
-    facts = await HeuristicJudge().judge(trace, [PAGE, *NOISE], None, base)
+    facts = await HeuristicJudge().judge(JudgeRequest(trace, [PAGE, *NOISE], None, base))
     return bool(facts.answer_declined), facts.evidence["answer_declined"].confidence
 
 
@@ -802,15 +803,15 @@ async def test_not_in_the_index_is_never_sure_where_the_retrieved_page_has_more_
         passages=[shown],
     )
     base = Facts(agent_searched=True, agent_searched_collections=["docs"])
-    alone = await HeuristicJudge().judge(trace, [shown, *NOISE], None, base)
-    more = await HeuristicJudge().judge(trace, [shown, *NOISE, other], None, base)
+    alone = await HeuristicJudge().judge(JudgeRequest(trace, [shown, *NOISE], None, base))
+    more = await HeuristicJudge().judge(JudgeRequest(trace, [shown, *NOISE, other], None, base))
     assert alone.index_has_answer is False and more.index_has_answer is False
     assert alone.evidence["index_has_answer"].confidence == "high"
     assert more.evidence["index_has_answer"].confidence == "medium"
     # the retrieved passage re-found with other whitespace, or cut longer, is no other section: a
     # passage is "shown" by the same test containment uses for "elsewhere"
     again = shown.model_copy(update={"id": "S8", "text": "Katib  runs\nexperiments. And more of it."})
-    same = await HeuristicJudge().judge(trace, [shown, *NOISE, again], None, base)
+    same = await HeuristicJudge().judge(JudgeRequest(trace, [shown, *NOISE, again], None, base))
     assert same.evidence["index_has_answer"].confidence == "high"
 
 
@@ -823,7 +824,7 @@ async def _retrieved_miss(question: str, answer: str, passage: Passage) -> tuple
         passages=[passage],
     )
     base = Facts(agent_searched=True, agent_searched_collections=["docs"])
-    facts = await HeuristicJudge().judge(trace, [passage, *NOISE], None, base)
+    facts = await HeuristicJudge().judge(JudgeRequest(trace, [passage, *NOISE], None, base))
     ev = facts.evidence
     return facts.retrieved_has_answer, ev["retrieved_has_answer"].confidence, ev["index_has_answer"].confidence
 

@@ -51,8 +51,7 @@ from triage.domain.scores import ScoreBody
 from triage.errors import ConfigError, InputError
 from triage.judges.replay import ReplayJudge
 from triage.search.index import Index
-from triage.sinks.dataset_file import DatasetFile
-from triage.sinks.facts_file import write_facts_line
+from triage.sinks.exports import DatasetFile, write_facts_line
 from triage.sources.export_file import vote_span
 from triage.sources.langfuse.backend import LangfuseBackend
 from triage.sources.store import Store

@@ -18,6 +18,7 @@ import pytest
 
 from tests.doubles.openai_server import OpenAIServer, Recorded, call_kind
 from tests.test_llm_judge import KATIB_TEXT, base_for, honest, make_judge, make_trace
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Passage
 from triage.domain.rule import decide
 from triage.errors import SearchError
@@ -108,7 +109,7 @@ async def test_a_vocabulary_gap_is_crossed_by_the_judge_s_own_search(
 ) -> None:
     trace = make_trace(passages=OFF_TOPIC, answer="Raise the number of workers.")
     more = Following([ANSWERING])
-    facts = await make_judge(client).judge(trace, RESEARCH, None, base_for(trace), search_more=more)
+    facts = await make_judge(client).judge(JudgeRequest(trace, RESEARCH, None, base_for(trace), search_more=more))
     assert more.asked == [["parallelTrialCount", "Experiment spec"]]
     first, second = server.of_kind("containment")
     assert "search_again" in schema_of(first)["required"] and "SEARCH AGAIN" in first.system
@@ -131,7 +132,7 @@ async def test_no_search_where_a_set_shown_holds_the_answer(
     trace = make_trace(passages=OFF_TOPIC)
     more = Following([ANSWERING])
     facts = await make_judge(client).judge(
-        trace, [*RESEARCH, ANSWERING], None, base_for(trace), search_more=more
+        JudgeRequest(trace, [*RESEARCH, ANSWERING], None, base_for(trace), search_more=more)
     )
     assert more.asked == [] and len(server.of_kind("containment")) == 1
     assert facts.index_has_answer is True and facts.evidence["index_has_answer"].passage_ids == ["S3"]
@@ -141,13 +142,15 @@ async def test_without_a_follow_up_search_the_model_is_not_offered_one(
     server: OpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
     trace = make_trace(passages=OFF_TOPIC)
-    facts = await make_judge(client).judge(trace, RESEARCH, None, base_for(trace))
+    facts = await make_judge(client).judge(JudgeRequest(trace, RESEARCH, None, base_for(trace)))
     (only,) = server.of_kind("containment")
     assert "search_again" not in schema_of(only)["properties"] and "SEARCH AGAIN" not in only.system
     assert facts.index_has_answer is False
     # and a judge configured for none (`search.judge_queries = 0`) is not offered one either
     more = Following([ANSWERING])
-    await make_judge(client, search_again=0).judge(trace, RESEARCH, None, base_for(trace), search_more=more)
+    await make_judge(client, search_again=0).judge(
+        JudgeRequest(trace, RESEARCH, None, base_for(trace), search_more=more)
+    )
     assert (
         more.asked == [] and "search_again" not in schema_of(server.of_kind("containment")[-1])["properties"]
     )
@@ -158,7 +161,7 @@ async def test_a_search_that_finds_nothing_new_costs_no_second_call(
 ) -> None:
     trace = make_trace(passages=OFF_TOPIC)
     more = Following([])
-    facts = await make_judge(client).judge(trace, RESEARCH, None, base_for(trace), search_more=more)
+    facts = await make_judge(client).judge(JudgeRequest(trace, RESEARCH, None, base_for(trace), search_more=more))
     assert len(more.asked) == 1 and len(server.of_kind("containment")) == 1
     assert facts.index_has_answer is False and "after the judge searched" not in (
         facts.evidence["index_has_answer"].note or ""
@@ -173,7 +176,7 @@ async def test_a_followed_up_passage_is_read_by_the_injection_detector(
     )
     trace = make_trace(passages=OFF_TOPIC)
     facts = await make_judge(client).judge(
-        trace, RESEARCH, None, base_for(trace), search_more=Following([planted])
+        JudgeRequest(trace, RESEARCH, None, base_for(trace), search_more=Following([planted]))
     )
     assert facts.injection_suspected is True
     note = facts.evidence["injection_suspected"].note or ""
@@ -223,7 +226,7 @@ async def test_more_searches_every_collection_and_survives_a_refused_query() -> 
 
 
 def test_the_reply_schema_offers_the_search_only_when_asked() -> None:
-    from triage.judges.llm.replies import containment_schema
+    from triage.judges.llm_replies import containment_schema
 
     offered = containment_schema(["retrieved"], ["katib"], search_again=True)
     assert offered["properties"]["search_again"]["required"] == ["reasoning", "queries"]
@@ -250,7 +253,7 @@ async def test_a_follow_up_reply_that_fails_its_checks_leaves_the_first_verdict(
         async with openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="test") as c:
             trace = make_trace(passages=OFF_TOPIC)
             facts = await make_judge(c).judge(
-                trace, RESEARCH, None, base_for(trace), search_more=Following([planted])
+                JudgeRequest(trace, RESEARCH, None, base_for(trace), search_more=Following([planted]))
             )
         assert len(srv.of_kind("containment")) == 3  # call A, the follow-up and its one retry
     assert facts.index_has_answer is False  # the first reply's verdict, not a rejected trace

@@ -12,14 +12,14 @@ import openai
 import pytest
 
 from tests.doubles.openai_server import OpenAIServer, Recorded, Reply, call_kind, data_blocks
-from triage.config import load_config
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace
 from triage.domain.rule import decide
 from triage.errors import ConfigError, JudgeError, JudgeRejected
-from triage.judges import guard, prompts
-from triage.judges.llm.blocks import Block
-from triage.judges.llm.judge import LLMJudge
-from triage.judges.llm.quotes import quote_found
+from triage.judges import prompts
+from triage.judges.llm import LLMJudge
+from triage.judges.llm_messages import Block, quote_found
+from triage.settings import load_config
 
 COMPONENTS = load_config().components
 
@@ -239,7 +239,9 @@ async def run(
 ) -> Facts:
     trace = trace or make_trace()
     return await judge.judge(
-        trace, (res if res is not None else research()) if with_research else None, comment, base_for(trace)
+        JudgeRequest(
+            trace, (res if res is not None else research()) if with_research else None, comment, base_for(trace)
+        )
     )
 
 
@@ -847,7 +849,7 @@ def test_clean_strips_lookalikes_and_invisible_characters() -> None:
     ],
 )
 def test_detector_finds(text: str, label: str) -> None:
-    assert f"comment: {label}" in guard.injection_findings([("comment", text)])
+    assert f"comment: {label}" in prompts.injection_findings([("comment", text)])
 
 
 @pytest.mark.parametrize(
@@ -861,7 +863,7 @@ def test_detector_finds(text: str, label: str) -> None:
     ],
 )
 def test_detector_ignores_ordinary_text(text: str) -> None:
-    assert guard.injection_findings([("passage R1", text)]) == []
+    assert prompts.injection_findings([("passage R1", text)]) == []
 
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -872,7 +874,7 @@ def test_detector_false_positives_on_the_corpus() -> None:
         pytest.skip(f"corpus not found at {CORPUS}")
     files = [p for p in CORPUS.rglob("*") if p.suffix in {".md", ".yaml", ".yml", ".py"} and p.is_file()]
     flagged = [
-        (p, f) for p in files if (f := guard.injection_findings([("f", p.read_text(errors="replace"))]))
+        (p, f) for p in files if (f := prompts.injection_findings([("f", p.read_text(errors="replace"))]))
     ]
     # documentation files are benign: at most 2% of them may trip the detector
     assert len(flagged) <= max(1, len(files) // 50), flagged[:10]

@@ -27,17 +27,18 @@ from tests.doubles.fakes import FakeJudge, FakeSearcher, FakeSource, passage
 from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.doubles.openai_server import keyword_responder
 from tests.factories import NOW, trace_line
-from triage.config import load_config
 from triage.domain.outcome import Entry, RunResult
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace, Vote
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
-from triage.judges.llm import replies
-from triage.judges.llm.judge import LLMJudge
-from triage.judges.llm.usage import RecentUsage
-from triage.judges.offline import text as text_module
+from triage.judges import llm_replies as replies
+from triage.judges import offline_text as text_module
+from triage.judges.llm import LLMJudge
+from triage.judges.llm_transport import RecentUsage
 from triage.search.local import Researcher
 from triage.search.mcp_client import McpSearcher
+from triage.settings import load_config
 from triage.sources.langfuse.backend import LangfuseBackend
 from triage.sources.langfuse.scores import SCORES_PAGE, ScoreReads
 from triage.sources.langfuse.wire import ScoreRow
@@ -122,7 +123,7 @@ async def _judge_range(judge: LLMJudge, start: int, stop: int) -> None:
     for n in range(start, stop):
         trace = _trace(n)
         base = Facts(agent_searched=True, agent_searched_collections=["docs"])
-        facts = await judge.judge(trace, _research(n), "it did not say where", base)
+        facts = await judge.judge(JudgeRequest(trace, _research(n), "it did not say where", base))
         assert facts.retrieved_has_answer is not None  # a real, verified exchange
 
 

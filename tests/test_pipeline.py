@@ -6,15 +6,14 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.factories import NOW, lines, session_vote, trace_line
-from triage.config import load_config
 from triage.domain.config import IndexFolder
 from triage.domain.outcome import RunResult, Shard
-from triage.domain.records import Facts, Passage, Trace, Usage, WriteOutcome
+from triage.domain.ports import JudgeRequest
+from triage.domain.records import Facts, Passage, Usage, WriteOutcome
 from triage.domain.scores import ScoreBody
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
@@ -22,6 +21,7 @@ from triage.errors import ConfigError, JudgeError, SearchError
 from triage.judges.heuristic import HeuristicJudge
 from triage.search.index import Index
 from triage.search.local import LocalSearcher
+from triage.settings import load_config
 from triage.sources.store import Store
 
 DOCS_URL = "https://www.kubeflow.org/docs/components/katib/early-stopping/"
@@ -256,12 +256,10 @@ class FailingJudge(HeuristicJudge):
         super().__init__()
         self.trace_id, self.error = trace_id, error
 
-    async def judge(
-        self, trace: Trace, research: list[Passage] | None, comment: str | None, base: Facts, **_: Any
-    ) -> Facts:
-        if trace.id == self.trace_id:
+    async def judge(self, request: JudgeRequest) -> Facts:
+        if request.trace.id == self.trace_id:
             raise self.error
-        return await super().judge(trace, research, comment, base)
+        return await super().judge(request)
 
 
 def run_with(store: Store, index: Index, judge: HeuristicJudge, **options: object) -> RunResult:

@@ -20,13 +20,12 @@ from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.factories import trace_line
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
 from triage.cli import cli
-from triage.config import load_config
 from triage.domain.datasets import DatasetItem, regression_item_id
 from triage.domain.records import Layer
 from triage.domain.scores import score_id
 from triage.errors import ExitCode
-from triage.sinks.dataset_file import DatasetFile
-from triage.sinks.promote import render_promote
+from triage.settings import load_config
+from triage.sinks.exports import DatasetFile, render_promote
 from triage.sources.store import Store
 from triage.worklist.cases import EXPECTATIONS
 from triage.worklist.promote import PromoteOptions, promote_from
@@ -389,7 +388,7 @@ def test_hostile_text_cannot_change_the_markdown(tmp_path: Path) -> None:
         store.import_lines([json.dumps(record(hostile, "q?", "a.", triaged(hostile, "retrieval", "general")))], "t")
         result = promote_from(
             store, store, DatasetFile(tmp_path / "out.jsonl"), load_config(None),
-            PromoteOptions(traces=(hostile,)), target="file", now=NOW,
+            PromoteOptions(traces=(hostile,), now=NOW), target="file",
         )
     text = render_promote(result)
     rows = [line for line in text.splitlines() if line.startswith("| ")]
@@ -409,7 +408,7 @@ def test_a_triage_score_from_before_the_window_still_gives_the_layer(tmp_path: P
     with Store(path) as store:
         store.import_lines([json.dumps(old)], "t")
         result = promote_from(
-            store, store, store, load_config(None), PromoteOptions(since_hours=24 * 7), target="store", now=NOW
+            store, store, store, load_config(None), PromoteOptions(since_hours=24 * 7, now=NOW), target="store"
         )
         (item,) = store.dataset_items(DATASET).values()
     assert [(c.trace_id, c.action, c.layer) for c in result.cases] == [("t-old", "created", "retrieval")]

@@ -21,10 +21,9 @@ from tests.test_langfuse_spec import validate
 from triage.calibration.queue import choose, sample_key, score_config_specs
 from triage.cli import cli
 from triage.domain.calibration import Decision
-from triage.domain.confidence import verdict_confidence
 from triage.domain.config import CalibrationConfig
 from triage.domain.records import Evidence, Facts, Layer
-from triage.domain.rule import decide
+from triage.domain.rule import decide, verdict_confidence
 from triage.domain.scores import ScoreBody, score_id
 from triage.errors import ConfigError
 

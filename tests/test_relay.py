@@ -16,13 +16,13 @@ import httpx
 import pytest
 import uvicorn
 
-from triage.config import load_config
 from triage.domain.config import TriageConfig
 from triage.domain.relay import DeclaredScore, RelayConfig, ScoreSource
-from triage.relay.app import Credentials, RelayApp
+from triage.relay.access import issue_token
+from triage.relay.api import Credentials, RelayApp
+from triage.relay.outbox import Sink, StoreSink
 from triage.relay.server import relay_running, uvicorn_config
-from triage.relay.sinks import Sink, StoreSink
-from triage.relay.tokens import issue_token
+from triage.settings import load_config
 from triage.sources.store import Store
 
 NOW = datetime.now(UTC)
@@ -307,7 +307,7 @@ class FailingSink:
     inline = True
 
     def deliver(self, ops: Any) -> dict[int, Any]:
-        from triage.relay.problems import DeliveryFailed
+        from triage.relay.outbox import DeliveryFailed
 
         raise DeliveryFailed("disk gone")
 
@@ -410,7 +410,7 @@ class FlakySink(StoreSink):
 
     def deliver(self, ops: Any) -> dict[int, Any]:
         if self.down:
-            from triage.relay.problems import DeliveryFailed
+            from triage.relay.outbox import DeliveryFailed
 
             raise DeliveryFailed("disk I/O error")
         return super().deliver(ops)

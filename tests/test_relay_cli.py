@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from tests.test_relay import free_port
+from triage.app import DEMO_DIR
 from triage.cli import cli
-from triage.compose import DEMO_DIR
-from triage.config import load_config
 from triage.domain.relay import RelayConfig
 from triage.errors import ExitCode
+from triage.settings import load_config
 
 
 def test_an_open_relay_refuses_any_address_but_loopback() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.test_relay import relay_config, serving
-from triage.relay.app import Credentials
+from triage.relay.api import Credentials
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is in the test extra")
 
@@ -64,8 +64,7 @@ def test_every_operation_answers_as_described(relay_url: str) -> None:
 
 
 def test_the_description_is_generated_from_the_models(tmp_path: Path) -> None:
-    from triage.relay.openapi import openapi_document
-    from triage.relay.requests import MAX_COMMENT, MAX_ID
+    from triage.relay.bodies import MAX_COMMENT, MAX_ID, openapi_document
 
     doc = openapi_document()
     feedback = doc["components"]["schemas"]["FeedbackIn"]["properties"]

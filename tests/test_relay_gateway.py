@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from tests.test_relay import relay_config, rows, serving
 from triage.errors import ConfigError
-from triage.relay.app import Credentials
-from triage.relay.tokens import SessionKeys, issue_token
+from triage.relay.access import SessionKeys, issue_token
+from triage.relay.api import Credentials
 
 ISSUER = "https://auth.example/realms/docs"
 AUDIENCE = "docs-agent"

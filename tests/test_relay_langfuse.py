@@ -20,10 +20,9 @@ from tests.test_relay import relay_config, serving
 from triage.domain.ports import SourceStats
 from triage.domain.scores import ScoreBody
 from triage.relay import sqlite as storage
-from triage.relay.commits import Ledger
+from triage.relay.commits import GroupCommit
+from triage.relay.outbox import BACKOFF, LangfuseSink, Worker
 from triage.relay.service import Relay
-from triage.relay.sinks import LangfuseSink
-from triage.relay.worker import Worker
 from triage.retry import RetryPolicy
 from triage.sources.langfuse.http import LangfuseHttp
 
@@ -81,7 +80,7 @@ def test_a_langfuse_outage_loses_nothing(tmp_path: Path, standin: LangfuseStandI
     sink = sink_for(standin)
     with serving(tmp_path, sink=sink, config=relay_config(batch_wait_seconds=0.05)) as (client, app):
         assert app.relay is not None and app.relay.worker is not None
-        app.relay.worker.initial = app.relay.worker.maximum = 0.1
+        app.relay.worker.policy = BACKOFF.with_(initial=0.1, maximum=0.1)
         standin.stop()
         for user in ("bob", "eve", "kim"):
             vote = {"traceId": "t-1", "userId": user, "value": "down"}
@@ -126,11 +125,11 @@ def test_redelivery_after_a_crash_is_harmless(tmp_path: Path, standin: LangfuseS
     clock = VirtualClock()
     now = lambda: clock.now().timestamp()  # noqa: E731
     sink = sink_for(standin)
-    ledger = Ledger(tmp_path / "relay.sqlite", now=now)
+    ledger = GroupCommit(tmp_path / "relay.sqlite", now=now)
     relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
     import asyncio
 
-    from triage.relay.requests import parse_feedback
+    from triage.relay.bodies import parse_feedback
 
     for user in ("bob", "eve"):
         req = parse_feedback({"traceId": "t", "userId": user, "value": "down"}, max_text={})
@@ -138,7 +137,7 @@ def test_redelivery_after_a_crash_is_harmless(tmp_path: Path, standin: LangfuseS
     ops = ledger.call(lambda tx: storage.claim(tx, 100))
     assert sink.deliver(ops) == {}  # Langfuse has them; then the process dies before settling
     ledger.close()
-    again = Ledger(tmp_path / "relay.sqlite", now=now)
+    again = GroupCommit(tmp_path / "relay.sqlite", now=now)
     worker = Worker(again, sink, clock, batch_wait=0)
     assert worker.run_once() == 2  # redelivered
     assert worker.run_once() == 0
@@ -151,12 +150,12 @@ def test_backoff_and_retry_after_in_virtual_time(tmp_path: Path, standin: Langfu
     clock = VirtualClock()
     now = lambda: clock.now().timestamp()  # noqa: E731
     sink = sink_for(standin)
-    ledger = Ledger(tmp_path / "relay.sqlite", now=now)
+    ledger = GroupCommit(tmp_path / "relay.sqlite", now=now)
     relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
-    worker = Worker(ledger, sink, clock, batch_wait=0, initial=1.0, maximum=30.0)
+    worker = Worker(ledger, sink, clock, batch_wait=0, policy=BACKOFF.with_(initial=1.0, maximum=30.0))
     import asyncio
 
-    from triage.relay.requests import parse_feedback
+    from triage.relay.bodies import parse_feedback
 
     asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "value": "up"}, max_text={}), "user:anonymous"))
     standin.inject("status", status=503, count=3, path="/api/public/scores")
@@ -181,9 +180,9 @@ def test_backoff_and_retry_after_in_virtual_time(tmp_path: Path, standin: Langfu
 def test_a_score_langfuse_refuses_is_set_aside_not_retried_forever(tmp_path: Path, standin: LangfuseStandIn) -> None:
     clock = VirtualClock()
     sink = sink_for(standin)
-    ledger = Ledger(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())
+    ledger = GroupCommit(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())
     worker = Worker(ledger, sink, clock, batch_wait=0, max_attempts=1)
-    from triage.relay.ledger import Row
+    from triage.relay.storage import Row
 
     stamp = "2026-01-01T00:00:00.000Z"
     good = ScoreBody.from_wire(
@@ -222,11 +221,11 @@ def test_a_failed_delivery_never_brings_back_an_older_vote(tmp_path: Path, stand
     delivered after the new one (found by bench/relay.py during an outage)."""
     import asyncio
 
-    from triage.relay.requests import parse_feedback
+    from triage.relay.bodies import parse_feedback
 
     clock = VirtualClock()
     sink = sink_for(standin)
-    ledger = Ledger(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())
+    ledger = GroupCommit(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())
     relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
     worker = Worker(ledger, sink, clock, batch_wait=0)
     down = parse_feedback({"traceId": "t", "value": "down"}, max_text={})

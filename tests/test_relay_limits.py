@@ -65,15 +65,15 @@ def test_a_retry_after_of_a_day_is_capped(tmp_path: Path) -> None:
     from tests.doubles.langfuse_server import LangfuseStandIn
     from tests.test_relay_langfuse import sink_for
     from triage.relay import sqlite as storage
-    from triage.relay.commits import Ledger
-    from triage.relay.requests import parse_feedback
+    from triage.relay.bodies import parse_feedback
+    from triage.relay.commits import GroupCommit
+    from triage.relay.outbox import MAX_RETRY_AFTER, Worker
     from triage.relay.service import Relay
-    from triage.relay.worker import MAX_RETRY_AFTER, Worker
 
     clock = VirtualClock()
     with LangfuseStandIn() as standin:
         sink = sink_for(standin)
-        ledger = Ledger(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())
+        ledger = GroupCommit(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())
         relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
         worker = Worker(ledger, sink, clock, batch_wait=0)
         asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "value": "up"}, max_text={}), "user:anonymous"))
@@ -87,7 +87,7 @@ def test_a_retry_after_of_a_day_is_capped(tmp_path: Path) -> None:
 
 
 def test_client_errors_that_were_500s_are_4xx_naming_the_field(tmp_path: Path) -> None:
-    from triage.relay.app import Credentials
+    from triage.relay.api import Credentials
 
     config = relay_config(mode="monitor")
     creds = Credentials(signing_key="signing-key-0123456789abcdef0123")
@@ -114,8 +114,8 @@ def test_faults_are_told_truthfully(tmp_path: Path, monkeypatch: Any) -> None:
     from triage import redact
     from triage.errors import ConfigError
     from triage.relay import sqlite as storage
+    from triage.relay.outbox import StoreSink
     from triage.relay.server import relay_running
-    from triage.relay.sinks import StoreSink
     from triage.sources.store import Store
 
     with serving(tmp_path, config=relay_config(mode="monitor")) as (client, app):
@@ -154,7 +154,7 @@ def test_faults_are_told_truthfully(tmp_path: Path, monkeypatch: Any) -> None:
 
 
 def _open() -> Any:
-    from triage.relay.app import Credentials
+    from triage.relay.api import Credentials
 
     return Credentials()
 
@@ -167,14 +167,14 @@ def test_a_claim_whose_result_was_never_recorded_is_taken_again_after_its_lease(
 
     from tests.doubles.clock import VirtualClock
     from triage.relay import sqlite as storage
-    from triage.relay.commits import Ledger
-    from triage.relay.requests import parse_feedback
+    from triage.relay.bodies import parse_feedback
+    from triage.relay.commits import GroupCommit
+    from triage.relay.outbox import StoreSink
     from triage.relay.service import Relay
-    from triage.relay.sinks import StoreSink
     from triage.sources.store import Store
 
     clock = VirtualClock()
-    ledger = Ledger(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())  # outbox mode
+    ledger = GroupCommit(tmp_path / "relay.sqlite", now=lambda: clock.now().timestamp())  # outbox mode
     relay = Relay(ledger=ledger, sink=StoreSink(Store(tmp_path / "s.sqlite")), config=relay_config().relay, clock=clock)
     for user, value in (("bob", "down"), ("eve", "down")):
         asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "value": value}, max_text={}), f"user:{user}"))
@@ -201,8 +201,8 @@ def test_a_process_killed_between_the_ledger_and_the_store_commit_loses_no_write
     it. The last batch's ops are now kept in the ledger and delivered again at the next start."""
     import asyncio
 
-    from triage.relay.commits import Ledger
-    from triage.relay.requests import parse_feedback
+    from triage.relay.bodies import parse_feedback
+    from triage.relay.commits import GroupCommit
     from triage.relay.service import Relay
 
     with serving(tmp_path) as (client, _):
@@ -210,7 +210,7 @@ def test_a_process_killed_between_the_ledger_and_the_store_commit_loses_no_write
         assert client.post("/api/feedback", json=verdict).status_code == 200
     assert [r["stringValue"] for r in rows(tmp_path, "note")] == ["the link is dead"]
     # the next write commits to the ledger, and the process dies before the store's commit
-    crashed = Ledger(tmp_path / "relay.sqlite", now=time.time, after_commit=lambda ops: None)
+    crashed = GroupCommit(tmp_path / "relay.sqlite", now=time.time, after_commit=lambda ops: None)
     relay = Relay(ledger=crashed, sink=_NoSink(), config=relay_config().relay, clock=_clock())
     replaced = parse_feedback({"traceId": "t", "reviewer": "raj", "verdict": "negative"}, max_text={})
     asyncio.run(relay.feedback(replaced, "raj", "replace"))

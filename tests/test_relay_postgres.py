@@ -31,15 +31,14 @@ from tests.doubles.postgres import PostgresServer, unavailable
 from tests.test_relay import Served, relay_config
 from tests.test_relay_langfuse import sink_for, wait_for
 from triage.domain.config import TriageConfig
-from triage.relay.app import Credentials, RelayApp
-from triage.relay.commits import Ledger
-from triage.relay.ledger import MAX_PAGE, Op, Page
-from triage.relay.problems import Problem
-from triage.relay.requests import Answer, Feedback, parse_feedback
+from triage.relay.api import Credentials, RelayApp
+from triage.relay.bodies import Answer, Feedback, parse_feedback
+from triage.relay.commits import GroupCommit
+from triage.relay.outbox import BACKOFF, LangfuseSink, Worker
 from triage.relay.server import relay_running
 from triage.relay.service import Relay
-from triage.relay.sinks import LangfuseSink
-from triage.relay.worker import Worker
+from triage.relay.storage import MAX_PAGE, ListingPage, Op
+from triage.relay.web import Problem
 
 pytestmark = pytest.mark.slow
 Location = Path | str
@@ -127,7 +126,7 @@ def live_rows(app: RelayApp) -> dict[str, tuple[Any, str]]:
     assert app.relay is not None
     out: dict[str, tuple[Any, str]] = {}
     after = None
-    while rows := app.relay.ledger.reads.page(Page(after=after, groups=MAX_PAGE)):
+    while rows := app.relay.ledger.reads.page(ListingPage(after=after, groups=MAX_PAGE)):
         for row in rows:
             assert row.body is not None
             out[row.id] = (row.body.value, row.timestamp)
@@ -239,7 +238,7 @@ def test_a_failed_delivery_never_brings_back_an_older_vote_on_both_ledgers(
     after the new one."""
     clock = VirtualClock()
     sink = sink_for(standin)
-    ledger = Ledger(ledger_at, now=lambda: clock.now().timestamp())
+    ledger = GroupCommit(ledger_at, now=lambda: clock.now().timestamp())
     relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
     worker = Worker(ledger, sink, clock, batch_wait=0)
     try:
@@ -271,7 +270,7 @@ def test_redelivery_after_a_crash_mid_delivery_is_harmless_on_both_ledgers(
     clock = VirtualClock()
     now = lambda: clock.now().timestamp()  # noqa: E731
     sink = sink_for(standin)
-    ledger = Ledger(ledger_at, now=now)
+    ledger = GroupCommit(ledger_at, now=now)
     relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
     for user in ("bob", "eve"):
         asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "userId": user, "value": "down"}, max_text={}),
@@ -287,7 +286,7 @@ def test_redelivery_after_a_crash_mid_delivery_is_harmless_on_both_ledgers(
     with pytest.raises(Died):
         ledger.deliver(100, deliver_then_die)
     ledger.close()
-    again = Ledger(ledger_at, now=now)
+    again = GroupCommit(ledger_at, now=now)
     worker = Worker(again, sink, clock, batch_wait=0)
     try:
         assert worker.run_once() == 2  # redelivered
@@ -301,9 +300,9 @@ def test_redelivery_after_a_crash_mid_delivery_is_harmless_on_both_ledgers(
 def test_backoff_in_virtual_time_on_both_ledgers(ledger_at: Location, standin: LangfuseStandIn) -> None:
     clock = VirtualClock()
     sink = sink_for(standin)
-    ledger = Ledger(ledger_at, now=lambda: clock.now().timestamp())
+    ledger = GroupCommit(ledger_at, now=lambda: clock.now().timestamp())
     relay = Relay(ledger=ledger, sink=sink, config=relay_config().relay, clock=clock)
-    worker = Worker(ledger, sink, clock, batch_wait=0, initial=1.0, maximum=30.0)
+    worker = Worker(ledger, sink, clock, batch_wait=0, policy=BACKOFF.with_(initial=1.0, maximum=30.0))
     try:
         asyncio.run(relay.feedback(parse_feedback({"traceId": "t", "value": "up"}, max_text={}), "user:anonymous"))
         standin.inject("status", status=503, count=2, path="/api/public/scores")
@@ -494,7 +493,7 @@ def test_a_superseded_op_is_never_delivered_after_its_successor_across_replicas(
     clock = VirtualClock()
     now = lambda: clock.now().timestamp()  # noqa: E731
     order: list[tuple[str, Any]] = []
-    one, two = Ledger(database, now=now), Ledger(database, now=now)
+    one, two = GroupCommit(database, now=now), GroupCommit(database, now=now)
     config = relay_config().relay
     relay_one = Relay(ledger=one, sink=sink_for(standin), config=config, clock=clock)
     relay_two = Relay(ledger=two, sink=sink_for(standin), config=config, clock=clock)
@@ -545,7 +544,7 @@ def test_an_op_superseded_during_a_failed_delivery_is_dropped_at_the_next_claim(
 
     clock = VirtualClock()
     now = lambda: clock.now().timestamp()  # noqa: E731
-    ledger = Ledger(database, now=now)
+    ledger = GroupCommit(database, now=now)
     relay = Relay(ledger=ledger, sink=sink_for(standin), config=relay_config().relay, clock=clock)
     worker = Worker(ledger, sink_for(standin), clock, batch_wait=0)
     storage = ledger.storage
@@ -577,7 +576,7 @@ def test_a_replica_that_dies_mid_delivery_leaves_its_ops_to_the_other(database: 
     connection goes and the other replica delivers them (again: harmless, same ids)."""
     clock = VirtualClock()
     now = lambda: clock.now().timestamp()  # noqa: E731
-    one, two = Ledger(database, now=now), Ledger(database, now=now)
+    one, two = GroupCommit(database, now=now), GroupCommit(database, now=now)
     relay_one = Relay(ledger=one, sink=sink_for(standin), config=relay_config().relay, clock=clock)
     sink = sink_for(standin)
     killed = threading.Event()
@@ -613,7 +612,7 @@ def test_a_replica_that_dies_mid_delivery_leaves_its_ops_to_the_other(database: 
 
 def test_one_replica_at_a_time_runs_the_sinks_housekeeping(database: str) -> None:
     """Langfuse's score configs are made by one replica at a time: another skips its turn."""
-    one, two = Ledger(database, now=time.time), Ledger(database, now=time.time)
+    one, two = GroupCommit(database, now=time.time), GroupCommit(database, now=time.time)
     inside, release = threading.Event(), threading.Event()
     try:
         running = threading.Thread(target=lambda: one.exclusively("configs", lambda: (inside.set(), release.wait(10))))
@@ -631,9 +630,9 @@ def test_one_replica_at_a_time_runs_the_sinks_housekeeping(database: str) -> Non
 
 
 def test_replicas_starting_together_create_the_schema_once(database: str) -> None:
-    ledgers: list[Ledger] = []
+    ledgers: list[GroupCommit] = []
     with ThreadPoolExecutor(4) as pool:
-        ledgers = list(pool.map(lambda _: Ledger(database, now=time.time), range(4)))
+        ledgers = list(pool.map(lambda _: GroupCommit(database, now=time.time), range(4)))
     try:
         assert all(ledger.ready() is None for ledger in ledgers)
     finally:
@@ -714,6 +713,6 @@ def test_a_database_that_cannot_be_reached_at_start_is_a_configuration_error() -
     from triage.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:
-        Ledger("postgresql://relay:s3cret-pass@127.0.0.1:1/relay?connect_timeout=2", now=time.time)
+        GroupCommit("postgresql://relay:s3cret-pass@127.0.0.1:1/relay?connect_timeout=2", now=time.time)
     assert "cannot be opened" in str(refused.value) and "s3cret-pass" not in str(refused.value)
     assert "127.0.0.1:1/relay" in str(refused.value)

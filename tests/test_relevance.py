@@ -10,18 +10,19 @@ import pytest
 
 from tests.doubles.openai_server import OpenAIServer, data_blocks, keyword_responder
 from tests.test_llm_judge import base_for, make_judge
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Passage, ToolCall, Trace
 from triage.judges import prompts
-from triage.judges.llm.blocks import (
+from triage.judges.llm_messages import (
     CAP_PASSAGE,
     CAP_TOOL_OUTPUT,
     MAX_PASSAGES,
     SET_BUDGET,
     passage_set,
+    quote_found,
     shared_caps,
     tool_blocks,
 )
-from triage.judges.llm.quotes import quote_found
 from triage.reading.relevance import GAP, excerpt, most_relevant, terms
 
 QUESTION = "How do I set a default namespace so I don't have to pass namespace= to every KFP SDK call?"
@@ -170,6 +171,6 @@ async def test_both_judge_prompts_carry_the_answer_from_deep_in_a_long_result() 
     with OpenAIServer(responder=keyword_responder) as server:
         async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test") as client:
             judge = make_judge(client)
-            await judge.judge(trace, [], None, base_for(trace))
+            await judge.judge(JudgeRequest(trace, [], None, base_for(trace)))
     for kind in ("containment", "grounding"):
         assert "$HOME/.config/kfp/context.json" in server.of_kind(kind)[0].user, kind

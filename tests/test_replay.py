@@ -12,11 +12,12 @@ import pytest
 
 from tests.doubles.openai_server import OpenAIServer
 from tests.test_llm_judge import ANSWER, KATIB_TEXT, base_for, honest, make_judge, make_trace, research
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Layer, Passage, Trace
 from triage.domain.rule import decide
 from triage.errors import InputError, JudgeError, JudgeRejected
 from triage.judges.replay import ReplayJudge
-from triage.sinks.facts_file import write_facts_line
+from triage.sinks.exports import write_facts_line
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ async def test_recorded_llm_facts_replay_to_the_same_layers_and_components(
     lines, first = [], {}
     for name, trace, res, expected in cases():
         trace = trace.model_copy(update={"id": name})
-        facts = await judge.judge(trace, res, "not helpful", base_for(trace))
+        facts = await judge.judge(JudgeRequest(trace, res, "not helpful", base_for(trace)))
         assert decide(facts) is expected, name  # the cases really cover every layer
         first[name] = facts
         lines.append(write_facts_line(name, facts, judge=judge.name, prompt_version=judge.prompt_version))
@@ -85,7 +86,7 @@ async def test_recorded_llm_facts_replay_to_the_same_layers_and_components(
     assert replay.prompt_version == judge.prompt_version
     for name, trace, _, _ in cases():
         trace = trace.model_copy(update={"id": name})
-        again = await replay.judge(trace, None, None, base_for(trace))
+        again = await replay.judge(JudgeRequest(trace, None, None, base_for(trace)))
         assert again == first[name]
         assert decide(again) is decide(first[name])
         assert again.component == first[name].component
@@ -109,7 +110,9 @@ async def test_the_pipelines_run_file_format_replays(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     path.write_text(json.dumps({"trace_id": "t1", **facts.model_dump(mode="json")}) + "\n", encoding="utf-8")
     trace = make_trace()
-    got = await ReplayJudge(path).judge(trace.model_copy(update={"id": "t1"}), None, None, base_for(trace))
+    got = await ReplayJudge(path).judge(
+        JudgeRequest(trace.model_copy(update={"id": "t1"}), None, None, base_for(trace))
+    )
     assert got == facts
     assert decide(got) is Layer.TOOL_ROUTING
 
@@ -124,7 +127,7 @@ def write(tmp_path: Path, *records: Any) -> Path:
 
 async def replayed(path: Path, trace_id: str = "t1", base: Facts | None = None, **kw: Any) -> Facts:
     trace = make_trace().model_copy(update={"id": trace_id})
-    return await ReplayJudge(path, **kw).judge(trace, None, None, base or base_for(trace))
+    return await ReplayJudge(path, **kw).judge(JudgeRequest(trace, None, None, base or base_for(trace)))
 
 
 @pytest.mark.anyio

@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 from triage.domain.outcome import Entry, Findings, RunResult, Skipped
 from triage.domain.records import Layer, Undecided
 from triage.domain.signatures import Night, Signature, Worklist
-from triage.sinks.markdown import md
-from triage.sinks.report import render_report
+from triage.sinks.report import md, render_report
 
 HOSTILE = (
     "# Heading\n| col | col |\n<script>alert(1)</script> [click](http://evil.example) ![img](x.png) "

@@ -31,10 +31,10 @@ from triage.domain.scores import (
     parse_turn,
     relay_score_id,
 )
-from triage.relay.commits import Ledger
-from triage.relay.requests import Answer, Feedback, parse_feedback
+from triage.relay.bodies import Answer, Feedback, parse_feedback
+from triage.relay.commits import GroupCommit as Ledger
+from triage.relay.outbox import Worker
 from triage.relay.service import Relay
-from triage.relay.worker import Worker
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_an_overflowing_turn_is_400_and_its_batch_mates_are_answered(http: httpx
 def test_a_row_the_ledger_cannot_hold_fails_its_own_request_only(tmp_path: Path) -> None:
     """Past the door (a caller of the core, an older client): the hostile request is refused, the
     others committed with it are answered and stored; nothing hangs."""
-    from triage.relay.problems import Problem
+    from triage.relay.web import Problem
 
     with serving(tmp_path) as (_, app):
         relay = app.relay
@@ -214,8 +214,8 @@ def test_promote_and_calibrate_treat_a_disguised_end_user_as_a_vote_not_a_review
     from datetime import UTC, datetime
 
     from triage.calibration.labels import labels_from_scores
-    from triage.config import load_config
     from triage.domain.records import StoredScore
+    from triage.settings import load_config
 
     config = load_config()
     names = config.calibration

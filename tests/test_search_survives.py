@@ -42,13 +42,13 @@ from tests.doubles.fakes import FakeJudge, FakeSearcher, FakeSource
 from tests.factories import NOW, trace_line
 from tests.test_mcp import TOOLS, _free_port, _serve_command, _wait_for_port, needs_corpus
 from triage.cli import cli
-from triage.config import load_config
 from triage.domain.records import Passage
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
 from triage.errors import ConfigError, ExitCode, SearchError, SearchSuspended
 from triage.search.breaker import Admission, Breaker, BreakerPolicy, signature
 from triage.search.mcp_client import MCP_RETRY, McpSearcher, SearchFailed
+from triage.settings import load_config
 from triage.sources.store import Store
 
 FAILED = "Search failed: <MilvusException: (code=2, message=Fail connecting to server on milvus:19530)>"

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.doubles.openai_server import OpenAIServer, keyword_responder
-from triage.compose import DEMO_DIR, demo_shift
+from triage.app import DEMO_DIR, demo_shift
 from triage.sources.store import Store
 
 

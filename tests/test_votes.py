@@ -22,7 +22,7 @@ from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi`
 from triage.cli import cli
 from triage.domain.conversations import FILTERS, TraceRef, group_conversations
 from triage.domain.records import Vote
-from triage.sinks.votes import safe_cell
+from triage.sinks.exports import safe_cell
 from triage.sources.store import Store
 
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from tests.test_evalset import ev
-from triage.config import load_config
 from triage.domain.outcome import RunResult
 from triage.domain.signatures import (
     SIMILARITY,
@@ -27,8 +26,8 @@ from triage.domain.signatures import (
 from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
 from triage.judges.replay import ReplayJudge
-from triage.sinks.issues import write_issue_drafts
-from triage.sinks.report import render_report
+from triage.settings import load_config
+from triage.sinks.report import render_report, write_issue_drafts
 from triage.sources.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,5 @@
-"""What leaves the process: no secret, whatever message carries it; no control character.
+"""What leaves the process: no secret, whatever message carries it; no control character; and the
+job log, one line per event, as text or as JSON (`configure_logging`).
 
 Two nets: the known secret values (the settings' keys and tokens, configured once by the CLI, in
 every form a library may print them: as is, stripped, `repr`-escaped, JSON-escaped, base64, and
@@ -12,9 +13,15 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
+import sys
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 MASK = "***"
 MIN_SECRET = 4  # shorter values would mask ordinary words
@@ -100,3 +107,94 @@ def printable(text: str, limit: int | None = None) -> str:
     if limit is not None and len(cleaned) > limit:
         cleaned = cleaned[: limit - 1].rstrip() + "…"
     return cleaned
+
+
+# -- the job log ------------------------------------------------------------------------------
+
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class _Redact(logging.Filter):
+    """Masks secrets in the message, the traceback and string extras of every record."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self.redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = self.redactor(record.getMessage()), None
+        if record.exc_info:
+            record.exc_text = self.redactor(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        for key, value in list(vars(record).items()):
+            if key not in _STANDARD and isinstance(value, str):
+                setattr(record, key, self.redactor(value))
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["error"] = record.exc_text
+        return json.dumps(line, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        # one line per record, nothing a terminal would act on (JSON lines escape these themselves)
+        return f"{stamp} {record.levelname.lower():7} {printable(record.getMessage())}"
+
+
+#: the format `configure_logging` set last; the CLI reports a fatal error as a log line when it is "json"
+current_format = "text"
+
+
+def configure_logging(fmt: str = "text", secrets: Sequence[str] = (), level: int = logging.INFO) -> None:
+    """Send triage's log lines to stderr (stdout is the report's)."""
+    global current_format
+    current_format = fmt
+    logger = logging.getLogger("triage")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    configure(secrets)
+    handler.addFilter(_Redact(Redactor(secrets)))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+@contextmanager
+def logging_to_file(path: Path) -> Iterator[None]:
+    """For the span: triage's log lines go to `path` (in the format configured, secrets redacted)
+    instead of standard error. `triage eval` keeps each judge's run log so."""
+    logger = logging.getLogger("triage")
+    saved, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    with open(path, "w", encoding="utf-8") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(JsonFormatter() if current_format == "json" else TextFormatter())
+        handler.addFilter(_Redact(_current))
+        for old in saved:
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            for old in saved:
+                logger.addHandler(old)
+            logger.setLevel(level)
+            logger.propagate = propagate

@@ -1,17 +1,36 @@
-"""Settings from the environment: the only place triage reads `os.environ` (through pydantic-settings).
+"""What triage is given: settings from the environment, and the configuration file.
 
-Built once by the CLI and passed into the core. Secrets are `SecretStr`, so they never print.
+`Settings` is the only place triage reads `os.environ` (through pydantic-settings); `load_config`
+reads the TOML configuration over `defaults.toml` (the records it holds are in
+`triage.domain.config`). Both are loaded once by the CLI (`triage.app.Triage`) and passed into the
+core. Secrets are `SecretStr`, so they never print.
 """
 
 from __future__ import annotations
 
-import os
+import tomllib
+from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from triage.domain.config import TriageConfig
+from triage.domain.outcome import Shard
+from triage.errors import ConfigError
+
+#: what `for_evaluation` leaves out: every setting that points at real data
+_PRODUCTION = (
+    "langfuse_",
+    "triage_store",
+    "triage_config",
+    "triage_facts_file",
+    "triage_mcp_",
+    "job_completion_index",
+    "triage_shard_count",
+)
 
 #: the settings that hold keys and tokens: stripped of a trailing newline, checked header-safe
 _KEYS = (
@@ -124,16 +143,30 @@ class Settings(BaseSettings):
     def uses_langfuse(self) -> bool:
         return bool(self.langfuse_public_key or self.langfuse_secret_key)
 
-    def child_environment(self) -> dict[str, str]:
-        """The environment for a `triage feedback` that `triage eval` runs: this process's, minus
-        everything that points at real data (Langfuse, the store, the search server, shards, the
-        config and facts files), so an evaluation can never read or write production. The judge's
-        settings (OPENAI_*, TRIAGE_JUDGE_MODEL) pass through."""
-        dropped = ("LANGFUSE_", "TRIAGE_STORE", "TRIAGE_CONFIG", "TRIAGE_FACTS_FILE", "TRIAGE_MCP_") + (
-            "JOB_COMPLETION_INDEX",
-            "TRIAGE_SHARD_COUNT",
-        )
-        return {k: v for k, v in os.environ.items() if not k.upper().startswith(dropped)}
+    def for_evaluation(self, store: Path) -> Settings:
+        """The settings of a `triage feedback` that `triage eval` runs: these, minus everything that
+        points at real data (Langfuse, the store, the search server, shards, the config and facts
+        files), on `store`, so an evaluation can never read or write production. The judge's
+        settings (OPENAI_*, TRIAGE_JUDGE_MODEL) stay."""
+        production = {
+            name: field.get_default(call_default_factory=True)
+            for name, field in type(self).model_fields.items()
+            if name.startswith(_PRODUCTION)
+        }
+        return self.model_copy(update={**production, "triage_store": store})
+
+    def shard(self) -> Shard:
+        """The Job's shard: JOB_COMPLETION_INDEX of TRIAGE_SHARD_COUNT (an Indexed Job), else all."""
+        if self.job_completion_index is None:
+            return Shard()
+        shard_count = self.triage_shard_count
+        if shard_count is None:
+            raise ConfigError(
+                "JOB_COMPLETION_INDEX is set but TRIAGE_SHARD_COUNT is not: set it to the Job's completions"
+            )
+        if self.job_completion_index >= shard_count:
+            raise ConfigError(f"JOB_COMPLETION_INDEX {self.job_completion_index} >= TRIAGE_SHARD_COUNT {shard_count}")
+        return Shard(self.job_completion_index, shard_count)
 
     def secrets(self) -> list[str]:
         """Secret values, so logging can redact them wherever they might appear."""
@@ -158,3 +191,68 @@ class Settings(BaseSettings):
             if password:
                 found.append(unquote(password))
         return found
+
+
+def load_settings() -> Settings:
+    """The settings; one the environment gets wrong is a configuration error naming it (exit 3)."""
+    try:
+        return Settings()
+    except ValidationError as ex:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in ex.errors())
+        raise ConfigError(f"bad environment setting: {problems}") from ex
+
+
+# -- the configuration file --------------------------------------------------------------------
+# One TOML file. `triage/defaults.toml` holds the documented defaults (for the Kubeflow docs
+# agent); a user's file is merged over it, table by table, so it need only say what differs.
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if (
+            isinstance(value, dict)
+            and isinstance(merged.get(key), dict)
+            and key not in {"tools", "components"}
+        ):
+            merged[key] = _merge(merged[key], value)
+        else:
+            # tools and components replace the defaults whole: a user's agent has its own
+            merged[key] = value
+    return merged
+
+
+def default_config_text() -> str:
+    return resources.files("triage").joinpath("defaults.toml").read_text(encoding="utf-8")
+
+
+def load_config(path: Path | None = None) -> TriageConfig:
+    """The defaults, with the file at `path` (if any) merged over them."""
+    data = tomllib.loads(default_config_text())
+    if path is not None:
+        try:
+            user = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError as ex:
+            raise ConfigError(f"config file not found: {path}") from ex
+        except tomllib.TOMLDecodeError as ex:
+            raise ConfigError(f"config file {path} is not valid TOML: {ex}") from ex
+        except UnicodeDecodeError as ex:
+            raise ConfigError(f"config file {path} is not UTF-8 text (a TOML file): {ex.reason}") from ex
+        except OSError as ex:
+            raise ConfigError(f"cannot read config file {path}: {ex.strerror or ex}") from ex
+        data = _merge(data, user)
+        for folder in data.get("index", []):
+            # relative index folders are relative to the config file, not the working directory
+            if "path" in folder and not Path(folder["path"]).is_absolute():
+                folder["path"] = str((Path(path).parent / folder["path"]).resolve())
+    try:
+        config = TriageConfig.model_validate(data)
+    except ValidationError as ex:
+        where = f"config file {path}" if path else "built-in defaults"
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in ex.errors())
+        raise ConfigError(f"{where}: {problems}") from ex
+    if config.agent.default_component not in config.components:
+        raise ConfigError(
+            f"agent.default_component {config.agent.default_component!r} is not in [components]"
+        )
+    return config

@@ -29,7 +29,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from triage.config import load_config
 from triage.domain.config import TriageConfig
 from triage.domain.records import Facts, Layer, Observation, Passage
 from triage.domain.rule import Undetermined, decide
@@ -37,6 +36,7 @@ from triage.errors import InputError
 from triage.reading.passages import is_error_text, passages_from_output
 from triage.reading.trace import read_trace
 from triage.search.mcp_server import format_results
+from triage.settings import load_config
 
 HERE = Path(__file__).resolve().parent
 CASES_FILE = HERE / "cases.jsonl"

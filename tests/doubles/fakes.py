@@ -21,13 +21,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from triage.domain.conversations import TraceRef
-from triage.domain.ports import SearchMore, SourceStats
+from triage.domain.ports import JudgeRequest, SourceStats
 from triage.domain.records import (
     Facts,
     Observation,
     Passage,
     StoredScore,
-    Trace,
     UnreadableTrace,
     Usage,
     Vote,
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class JudgeCall:
-    """One `judge()` call as the fake saw it."""
+    """One `judge()` call (its `JudgeRequest`) as the fake saw it."""
 
     trace_id: str
     research: list[Passage] | None
@@ -102,18 +101,9 @@ class FakeJudge:
     async def aclose(self) -> None:
         self.closed = True
 
-    async def judge(
-        self,
-        trace: Trace,
-        research: list[Passage] | None,
-        comment: str | None,
-        base: Facts,
-        *,
-        grounding: bool = True,
-        containment: bool = True,
-        search_more: SearchMore | None = None,
-    ) -> Facts:
-        self.history.append(JudgeCall(trace.id, research, comment, grounding, base))
+    async def judge(self, request: JudgeRequest) -> Facts:
+        trace, base = request.trace, request.base
+        self.history.append(JudgeCall(trace.id, request.research, request.comment, request.grounding, base))
         queue = self._by_trace.get(trace.id) or self._queue
         if not queue:
             raise AssertionError(

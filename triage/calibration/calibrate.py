@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from pathlib import Path
@@ -23,6 +23,7 @@ from triage.domain.calibration import (
     Label,
 )
 from triage.domain.config import TriageConfig
+from triage.domain.kernel import window
 from triage.domain.ports import ScoreReader
 from triage.domain.records import Layer
 
@@ -43,6 +44,7 @@ class CalibrateOptions:
     labels_file: Path | None = None  # else people's scores (Langfuse annotations, verdicts)
     facts_file: Path | None = None  # else the job's layer scores
     min_kappa: float | None = None
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def needs_store(self) -> bool:
@@ -173,11 +175,9 @@ def calibrate_from(
     options: CalibrateOptions,
     *,
     link: Callable[[str], str | None] = lambda trace_id: None,
-    now: datetime | None = None,
 ) -> CalibrationReport:
     """Read labels and decisions (files where given, else scores from `reader`) and compare them."""
-    end = now or datetime.now(UTC)
-    start = end - timedelta(hours=options.since_hours)
+    start, end = window(options.now, options.since_hours)
     bad: list[BadLabel] = []
     if options.labels_file is not None:
         labels, bad = labels_from_file(options.labels_file)

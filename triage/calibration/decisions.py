@@ -7,9 +7,8 @@ from pathlib import Path
 
 from triage import jsonl
 from triage.domain.calibration import BadLabel, Decision
-from triage.domain.confidence import verdict_confidence
 from triage.domain.records import Layer, StoredScore
-from triage.domain.rule import Undetermined, decide
+from triage.domain.rule import Undetermined, decide, verdict_confidence
 from triage.domain.verdicts import JobScoreNames, current_scores, facts_of
 from triage.errors import InputError
 

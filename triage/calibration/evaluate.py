@@ -1,11 +1,12 @@
-"""`triage eval`: run the real `triage feedback` over a labelled set with each judge, then calibrate.
+"""`triage eval`: run the job (`triage feedback`) over a labelled set with each judge, then calibrate.
 
 A set is a folder with `traces.jsonl` (the `triage import` format, one thumbs-down per trace),
 `labels.jsonl` (`triage calibrate`'s label format; an evaluation set's lines also carry the whole
 `facts`, the `component` and a `split`) and optionally `triage.toml` (the configuration: the index
 folders to search again). Each judge gets a fresh embedded store with the set imported (votes moved
-to an hour ago), and a `triage feedback --write --force` subprocess: the real command line, its
-real writes. Its decisions are then read back from the store and compared with the labels.
+to an hour ago), and a `triage feedback --write --force` run in this process: the application's
+own feedback call (`FeedbackJob`, given by `triage.app`), its real writes, its log kept beside the
+store. Its decisions are then read back from the store and compared with the labels.
 
 `replay` means the labels' own facts replayed: the ceiling of everything after the judge.
 """
@@ -14,11 +15,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,12 @@ from triage.calibration.decisions import decisions_from_scores
 from triage.calibration.labels import labels_from_file
 from triage.domain.calibration import Decision, EvalMiss, EvalReport, EvalRun, Label
 from triage.domain.config import TriageConfig
-from triage.domain.ownership import owners
-from triage.errors import UsageError
+from triage.domain.outcome import RunResult
+from triage.domain.rule import owners
+from triage.errors import TriageError, UsageError
+from triage.judges import HEURISTIC, REPLAY, name_of, spec_of
+from triage.redact import redact
+from triage.sinks.report import summary_json, summary_record
 from triage.sources.export_file import vote_shift, vote_span
 from triage.sources.store import Store
 
@@ -64,11 +67,29 @@ class EvalSet:
 
 @dataclass(frozen=True)
 class EvalOptions:
-    judges: tuple[str, ...] = ("heuristic", "replay")
+    judges: tuple[str, ...] = (HEURISTIC, REPLAY)
     split: str | None = None  # None: every split, and all together
     concurrency: int = 8
-    timeout_seconds: float = 3600.0
     keep: Path | None = None  # keep each judge's store, facts and log here
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One `triage feedback --write --force` on a judge's fresh store, as `evaluate` asks for it."""
+
+    store: Path
+    judge: str  # the judge's spec, as `--judge` takes it
+    since_hours: float
+    now: datetime
+    concurrency: int
+    facts_file: Path
+    log_file: Path  # the run's log lines go here
+    config: Path | None  # the set's triage.toml; None: the built-in defaults
+
+
+#: runs an `EvalJob` in this process: its result, or the `TriageError` that ended it
+FeedbackJob = Callable[[EvalJob], RunResult]
 
 
 _LABELLED = re.compile(r"^([A-Za-z0-9_.-]{1,40})=(.+)$")
@@ -81,7 +102,7 @@ def split_label(judge: str) -> tuple[str, str]:
 
 
 def _slug(judge: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", judge.split(":")[0]).strip("-") or "judge"
+    return re.sub(r"[^A-Za-z0-9]+", "-", name_of(judge)).strip("-") or "judge"
 
 
 def _raw_labels(path: Path) -> dict[str, dict[str, Any]]:
@@ -124,18 +145,18 @@ def _run_judge(
     raw: Mapping[str, Mapping[str, Any]],
     config: TriageConfig,
     options: EvalOptions,
-    env: Mapping[str, str],
+    run_job: FeedbackJob,
     work: Path,
 ) -> _Run:
     label, judge = split_label(judge)
     slug = _slug(label)
     store = work / f"{slug}.sqlite"
-    now = datetime.now(UTC)
+    now = options.now
     shift = vote_shift(eval_set.traces, now)
     with Store(store) as db:
         db.import_file(eval_set.traces, shift=shift)
     spec = judge
-    if judge == "replay":
+    if judge == REPLAY:  # bare, here: the labels' own facts replayed
         truth = work / "labels.facts.jsonl"
         truth.write_text(
             "".join(
@@ -145,29 +166,23 @@ def _run_judge(
             ),
             encoding="utf-8",
         )
-        spec = f"replay:{truth}"
-    summary_file = work / f"{slug}.summary.json"
-    command = [sys.executable, "-m", "triage", "feedback", "--write", "--force"]
-    command += ["--since-hours", f"{_span_hours(eval_set.traces, shift, now):.2f}", "--judge", spec]
-    command += ["--concurrency", str(options.concurrency), "--facts-file", str(work / f"{slug}.facts.jsonl")]
-    command += ["--summary-file", str(summary_file)]
-    if eval_set.config is not None:
-        command += ["--config", str(eval_set.config)]
+        spec = spec_of(REPLAY, str(truth))
+    job = EvalJob(
+        store=store,
+        judge=spec,
+        since_hours=_span_hours(eval_set.traces, shift, now),
+        now=now,
+        concurrency=options.concurrency,
+        facts_file=work / f"{slug}.facts.jsonl",
+        log_file=work / f"{slug}.log",
+        config=eval_set.config,
+    )
     try:
-        done = subprocess.run(
-            command,
-            env={**env, "TRIAGE_STORE": str(store)},
-            capture_output=True,
-            text=True,
-            timeout=options.timeout_seconds,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return _Run(label, -1, {}, {}, f"triage feedback did not finish within {options.timeout_seconds:.0f} s")
-    (work / f"{slug}.log").write_text(done.stderr, encoding="utf-8")
-    if not summary_file.is_file():
-        return _Run(label, done.returncode, {}, {}, done.stderr[-MAX_ERROR_CHARS:] or "no summary written")
-    summary = json.loads(summary_file.read_text(encoding="utf-8"))
+        result = run_job(job)
+    except TriageError as ex:
+        return _Run(label, int(ex.exit_code), {}, {}, redact(str(ex))[-MAX_ERROR_CHARS:])
+    (work / f"{slug}.summary.json").write_text(summary_json(result), encoding="utf-8")
+    summary = summary_record(result)
     with Store(store) as db:
         names = [config.scores.layer, config.scores.component]
         rows = db.scores(names, now - timedelta(days=3650), now + timedelta(days=1))
@@ -175,7 +190,7 @@ def _run_judge(
     decisions = decisions_from_scores(
         rows, scores.layer, config.rule_version, config.agent.issues_collection, scores.component
     )
-    return _Run(label, done.returncode, decisions, summary, None)
+    return _Run(label, int(result.exit_code), decisions, summary, None)
 
 
 def _one_split(
@@ -232,8 +247,8 @@ def _one_split(
     )
 
 
-def evaluate(eval_set: EvalSet, config: TriageConfig, options: EvalOptions, env: Mapping[str, str]) -> EvalReport:
-    """Every judge over the set, each through a real `triage feedback` run, against the labels."""
+def evaluate(eval_set: EvalSet, config: TriageConfig, options: EvalOptions, run_job: FeedbackJob) -> EvalReport:
+    """Every judge over the set, each through a `triage feedback` run (`run_job`), against the labels."""
     eval_set.check()
     if not options.judges:
         raise UsageError("name at least one judge")
@@ -251,6 +266,6 @@ def evaluate(eval_set: EvalSet, config: TriageConfig, options: EvalOptions, env:
         work = options.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for judge in options.judges:
-            run = _run_judge(judge, eval_set, raw, config, options, env, work)
+            run = _run_judge(judge, eval_set, raw, config, options, run_job, work)
             runs += [_one_split(run, split, labels, raw, config) for split in wanted]
     return EvalReport(set=str(eval_set.folder), runs=runs, bad_labels=bad_labels)

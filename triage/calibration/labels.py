@@ -17,17 +17,17 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from triage import jsonl
-from triage.domain.calibration import LABELLED_FACTS, BadLabel, Label, Verdict
+from triage.domain.calibration import LABELLED_FACTS, BadLabel, Label
 from triage.domain.config import CalibrationConfig
 from triage.domain.records import Layer, StoredScore
+from triage.domain.relay import VERDICTS, ReviewNames, Verdict
 from triage.domain.scores import is_end_user, normalise_author
 from triage.errors import InputError
 
 LAYERS = [layer.value for layer in Layer]
-VERDICTS: tuple[str, ...] = get_args(Verdict)
 MAX_REASON_VALUE = 60  # how much of a bad value a reason quotes
 
 
@@ -151,7 +151,8 @@ def labels_from_scores(
     One reviewer's scores on one trace make one label; two scores of the same name from one
     reviewer on one trace are a bad label (both set aside).
     """
-    fact_of = {score: fact for fact, score in names.fact_scores.items()}
+    review = ReviewNames.of(names)
+    fact_of = {score: fact for fact, score in review.facts.items()}
     grouped: dict[tuple[str, str], list[StoredScore]] = defaultdict(list)
     bad: list[BadLabel] = []
     for score in scores:
@@ -186,9 +187,9 @@ def labels_from_scores(
             layer = verdict = None
             facts: dict[str, bool] = {}
             for name, (score,) in by_name.items():
-                if name == names.layer_score:
+                if name == review.layer:
                     layer = _layer(score.value)
-                elif name == names.verdict_score:
+                elif name == review.verdict:
                     verdict = _verdict(score.value)
                 elif name in fact_of:
                     facts[fact_of[name]] = _fact(fact_of[name], score.value)
@@ -205,4 +206,4 @@ def labels_from_scores(
 
 def label_score_names(names: CalibrationConfig) -> list[str]:
     """Every score name a label can come from."""
-    return [names.layer_score, names.verdict_score, *names.fact_scores.values()]
+    return ReviewNames.of(names).labels()

@@ -23,15 +23,16 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Literal
 
 from triage.calibration.decisions import decisions_from_scores
+from triage.domain import kernel
 from triage.domain.calibration import Decision
-from triage.domain.confidence import verdict_confidence
 from triage.domain.config import CalibrationConfig, TriageConfig
 from triage.domain.ports import ScoreReader
 from triage.domain.records import Layer
+from triage.domain.relay import ReviewNames
 from triage.domain.review import (
     AnnotationPort,
     Category,
@@ -40,6 +41,7 @@ from triage.domain.review import (
     config_name_problem,
     ensure_configs,
 )
+from triage.domain.rule import verdict_confidence
 from triage.errors import ConfigError
 
 log = logging.getLogger("triage")
@@ -159,23 +161,23 @@ class QueueResult:
 def window(options: QueueOptions, config: TriageConfig) -> tuple[datetime, datetime]:
     """[start, end) as `triage feedback` draws it: `since_hours` ending `lag` before now, reaching
     `overlap` further back."""
-    end = options.now - timedelta(minutes=config.window.lag_minutes)
-    start = end - timedelta(hours=options.since_hours, minutes=config.window.overlap_minutes)
-    return start, end
+    lag, overlap = config.window.lag_minutes, config.window.overlap_minutes
+    return kernel.window(options.now, options.since_hours, lag_minutes=lag, overlap_minutes=overlap)
 
 
 def score_config_specs(calibration: CalibrationConfig) -> list[ScoreConfigSpec]:
     """The configs a reviewer scores with: the layer (CATEGORICAL, the seven layers), then one
     BOOLEAN per judged fact. Raises ConfigError for a name Langfuse would refuse."""
+    reviewer = ReviewNames.of(calibration)
     specs = [
         ScoreConfigSpec(
-            name=calibration.layer_score,
+            name=reviewer.layer,
             data_type="CATEGORICAL",
             categories=[Category(label=layer.value, value=float(i)) for i, layer in enumerate(Layer)],
             description=LAYER_DESCRIPTION,
         )
     ]
-    for fact, name in calibration.fact_scores.items():
+    for fact, name in reviewer.facts.items():
         specs.append(
             ScoreConfigSpec(
                 name=name,

@@ -1,8 +1,9 @@
-"""The command line: parse options, build settings, call one core function, map errors to exit codes.
+"""The command line: parse the options, call one method of the application (`triage.app.Triage`),
+render its result (`triage.sinks`), exit with its code.
 
-One module per command (group): `feedback`, `demo`, `store` (import), `index`, `calibrate`, `eval`,
-`queue`, `promote`, `votes`, `relay`; `common` holds
-what they share. Commands are glue only: the work is in the core they call.
+The commands, grouped by what they do: `nightly` (feedback, demo, import), `review` (calibrate,
+eval, queue, promote, votes: people and the verdicts), `servers` (index serve, relay); `options`
+holds what they share (the options said once, opening the application, printing, errors to exit codes).
 Exit codes are `triage.errors.ExitCode` (the CronJob's contract, documented in the README).
 """
 
@@ -10,17 +11,10 @@ from __future__ import annotations
 
 import click
 
-from triage import __version__, logs
-from triage.cli.calibrate import calibrate
-from triage.cli.demo import demo
-from triage.cli.eval import eval_
-from triage.cli.feedback import feedback
-from triage.cli.index import index
-from triage.cli.promote import promote
-from triage.cli.queue import queue
-from triage.cli.relay import relay
-from triage.cli.store import import_
-from triage.cli.votes import votes
+from triage import __version__, redact
+from triage.cli.nightly import demo, feedback, import_
+from triage.cli.review import calibrate, eval_, promote, queue, votes
+from triage.cli.servers import index, relay
 from triage.errors import ExitCode
 
 HELP = f"""Tell the owners of an LLM agent why its answers got a thumbs-down.
@@ -36,7 +30,7 @@ Start with `triage demo`. Exit codes: {", ".join(f"{int(code)} {code.label}" for
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, help=HELP)
 @click.version_option(__version__, prog_name="triage")
 def cli() -> None:
-    logs.current_format = "text"  # until a command configures its logging
+    redact.current_format = "text"  # until a command configures its logging
 
 
 for command in (feedback, demo, import_, index, calibrate, eval_, queue, promote, votes, relay):

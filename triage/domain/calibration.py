@@ -10,12 +10,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from triage.domain.confidence import Confidence
 from triage.domain.records import Facts, Layer
+from triage.domain.relay import Verdict
+from triage.domain.rule import Confidence
 
 #: the judged facts a person can label (the two about the search are read from the trace)
 LABELLED_FACTS = ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined")
-Verdict = Literal["positive", "negative", "false_alarm"]
 
 
 class _Record(BaseModel):

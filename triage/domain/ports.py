@@ -5,7 +5,7 @@
 - `ScoreSink`: where triage scores are written, and which traces already carry one.
 - `ScoreReader`: every score of some names in a window (people's labels, the job's own verdicts).
 - `Searcher`: an independent search of the index (the MCP server, or the embedded index).
-- `Judge`: turns a trace (and the re-searched passages) into `Facts`.
+- `Judge`: turns a trace (and the re-searched passages) into `Facts`, asked by one `JudgeRequest`.
 - `SearchMore`: a judge's own follow-up search, in its words, for the trace it is judging.
 
 The three data ports are synchronous (the engine calls them from a worker thread, in batches);
@@ -111,6 +111,39 @@ class Searcher(Protocol):
 SearchMore = Callable[[Sequence[str]], Awaitable[list[Passage]]]
 
 
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One trace to judge: what the judge may read, and which facts it is asked to establish."""
+
+    trace: Trace
+    #: the passages the re-search found (S1..); None when there was no re-search
+    research: list[Passage] | None
+    #: the users' comments on the trace, joined; never evidence, only the complaint
+    comment: str | None
+    #: the facts already known, to be completed: those the trace proves, or a cascade's settled ones
+    base: Facts
+    #: establish `answer_grounded` and `answer_declined`; False keeps them as in `base` where the
+    #: judge `can_skip_grounding` (a judge that cannot skip them establishes them anyway)
+    grounding: bool = True
+    #: establish the containment facts; False keeps them as in `base` (a cascade that settled them)
+    containment: bool = True
+    #: the judge's own follow-up search, for when the passages it was given do not hold the answer
+    search_more: SearchMore | None = None
+
+    @classmethod
+    def of(
+        cls,
+        trace: Trace,
+        research: list[Passage] | None = None,
+        comment: str | None = None,
+        *,
+        search_more: SearchMore | None = None,
+    ) -> JudgeRequest:
+        """A request for every fact, from the facts the trace itself proves."""
+        base = Facts(agent_searched=trace.searched, agent_searched_collections=sorted(trace.searched_collections))
+        return cls(trace, research, comment, base, search_more=search_more)
+
+
 class Judge(Protocol):
     """Establishes facts about one trace. Raises `JudgeError` (or `JudgeRejected`)."""
 
@@ -120,8 +153,7 @@ class Judge(Protocol):
     prompt_version: str | None
     #: False for a judge that needs no re-search (a replay)
     needs_research: bool
-    #: True when `judge(..., grounding=False)` saves work (the LLM judge skips its grounding call);
-    #: a judge that cannot skip it ignores the flag and establishes grounding anyway
+    #: True when `grounding=False` saves work (the LLM judge skips its grounding call)
     can_skip_grounding: bool
 
     @property
@@ -129,21 +161,8 @@ class Judge(Protocol):
         """Model calls and tokens spent so far."""
         ...
 
-    async def judge(
-        self,
-        trace: Trace,
-        research: list[Passage] | None,
-        comment: str | None,
-        base: Facts,
-        *,
-        grounding: bool = True,
-        containment: bool = True,
-        search_more: SearchMore | None = None,
-    ) -> Facts:
-        """Return `base` (the facts the trace proves) completed with the judged facts. A judge that
-        `can_skip_grounding` honours `grounding=False` (`answer_grounded` and `answer_declined` stay
-        as in `base`) and `containment=False` (the containment facts stay as in `base`). A judge
-        may use `search_more` when the passages it was given do not hold the answer."""
+    async def judge(self, request: JudgeRequest) -> Facts:
+        """Return `request.base` completed with the judged facts, as the request asks."""
         ...
 
     async def aclose(self) -> None:

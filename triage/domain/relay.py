@@ -1,25 +1,82 @@
-"""The relay's configuration records: the declared score model and the service's limits.
+"""The relay's configuration records (the declared score model, the service's limits) and the
+vocabulary of people's scores, said once: the verdict's categories (`Verdict`), the fields of a
+reviewer's verdict (`VerdictField`), and `ReviewNames`, the one record of the score names people
+write, which the relay, `triage promote`, `triage calibrate` and `triage queue` all read.
 
-Pure data, read from the `[relay]` table of the configuration file (`triage.config.load_config`).
-`RelayConfig.problems()` lists what makes a model incoherent; `triage relay` refuses to start on
-any (exit 3).
+Pure data, read from the `[relay]` table of the configuration file. `RelayConfig.problems()`
+lists what makes a model incoherent; `triage relay` refuses to start on any (exit 3).
+
+A new field of a reviewer's verdict is declared here (a name in `VerdictField`, its score in
+`_default_scores`) and accepted in `triage.relay.bodies.FeedbackIn` (its spellings).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.domain.review import Category, ScoreConfigSpec, config_name_problem
 from triage.domain.scores import LANGFUSE_TEXT_MAX, DataType
 
-#: the score names the relay writes for people (votes, notes and verdicts); `verdict` is the
-#: calibration config's `verdict_score`
+if TYPE_CHECKING:  # the configuration holds `RelayConfig`: only the type is needed here
+    from triage.domain.config import CalibrationConfig
+
+#: a reviewer's verdict on an answer: `false_alarm` and `positive` on a thumbs-down say the agent was right
+Verdict = Literal["positive", "negative", "false_alarm"]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+#: the verdicts that find the agent's answer right
+AGENT_RIGHT: frozenset[Verdict] = frozenset({"positive", "false_alarm"})
+#: the fields of a reviewer's verdict besides the verdict itself, each a score of the same name
+VerdictField = Literal["issue_category", "corrected_answer", "expected_tool_behavior", "note"]
+VERDICT_FIELDS: tuple[VerdictField, ...] = get_args(VerdictField)
+#: the end users' votes, written by the relay
 VOTE_SCORE = "user_feedback"
-VERDICT_FIELDS = ("issue_category", "corrected_answer", "expected_tool_behavior", "note")
+#: the source that writes people's votes and verdicts (through /api/feedback)
 HUMAN = "human"
+#: the longest score name the relay declares or takes
+MAX_SCORE_NAME = 64
+
+
+@dataclass(frozen=True)
+class ReviewNames:
+    """The names of the scores people write, one record for every reader: the relay writes the
+    verdict's fields, `triage promote` reads corrections, `triage calibrate` labels, `triage queue`
+    makes the reviewers' score configs. `of` derives it from `[calibration]`, the only configuration
+    of these names there is; the verdict's other fields are named as the relay's body names them."""
+
+    #: CATEGORICAL (`Verdict`)
+    verdict: str
+    #: CATEGORICAL, the seven layers: a reviewer's layer
+    layer: str
+    #: BOOLEAN, one per judged fact: fact name -> score name
+    facts: Mapping[str, str]
+
+    #: the verdict's fields `triage promote` reads by meaning (their names are fixed)
+    correction: ClassVar[VerdictField] = "corrected_answer"  # CORRECTION
+    expected_tool_behavior: ClassVar[VerdictField] = "expected_tool_behavior"
+    note: ClassVar[VerdictField] = "note"
+
+    @classmethod
+    def of(cls, calibration: CalibrationConfig) -> ReviewNames:
+        return cls(
+            verdict=calibration.verdict_score, layer=calibration.layer_score, facts=dict(calibration.fact_scores)
+        )
+
+    def verdict_scores(self) -> dict[str, str]:
+        """Each field of a reviewer's verdict (as the relay's body names it) to its score's name."""
+        return {"verdict": self.verdict, **{f: f for f in VERDICT_FIELDS}}
+
+    def relay_writes(self) -> list[str]:
+        """The names the relay writes for people, which the `human` source must be allowed to write."""
+        return [VOTE_SCORE, *self.verdict_scores().values()]
+
+    def labels(self) -> list[str]:
+        """Every score name a calibration label can come from."""
+        return [self.layer, self.verdict, *self.facts.values()]
 
 
 class _Section(BaseModel):
@@ -29,7 +86,7 @@ class _Section(BaseModel):
 class DeclaredScore(_Section):
     """One score name the relay may write, with its Langfuse data type."""
 
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=MAX_SCORE_NAME)
     data_type: DataType
     #: NUMERIC bounds (inclusive)
     min: float | None = None
@@ -63,14 +120,14 @@ class DeclaredScore(_Section):
 class ScoreSource(_Section):
     """Who writes: `human` (votes and verdicts through /api/feedback) or a named external channel."""
 
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=MAX_SCORE_NAME)
     scores: list[str]
 
 
 def _default_scores() -> list[DeclaredScore]:
     return [
         DeclaredScore(name=VOTE_SCORE, data_type="BOOLEAN"),
-        DeclaredScore(name="verdict", data_type="CATEGORICAL", categories=["positive", "negative", "false_alarm"]),
+        DeclaredScore(name="verdict", data_type="CATEGORICAL", categories=list(VERDICTS)),
         DeclaredScore(name="issue_category", data_type="CATEGORICAL", max_length=64),
         DeclaredScore(name="corrected_answer", data_type="CORRECTION", max_length=20_000),
         DeclaredScore(name="expected_tool_behavior", data_type="TEXT"),
@@ -101,7 +158,7 @@ class RelayConfig(_Section):
     #: per client (token subject, named user, else address): sustained requests per second and burst
     rate_per_second: float = Field(default=20.0, gt=0)
     rate_burst: int = Field(default=40, ge=1)
-    #: feedback tokens issued by `triage.relay.tokens.issue_token` expire after this long by default
+    #: feedback tokens issued by `triage.relay.access.issue_token` expire after this long by default
     token_ttl_seconds: int = Field(default=3 * 3600, ge=60)
     #: delivery to Langfuse: wait this long for a batch to fill, send at most this many per request
     batch_wait_seconds: float = Field(default=0.25, ge=0)
@@ -120,6 +177,15 @@ class RelayConfig(_Section):
 
     def may_write(self, source: str, name: str) -> bool:
         return any(s.name == source and name in s.scores for s in self.sources)
+
+    def max_text(self, names: ReviewNames) -> dict[str, int]:
+        """The longest value of each field of a reviewer's verdict (by the relay's body name), as
+        its declared score allows; a field whose score is not declared (monitor mode) is absent."""
+        return {
+            field: declared.max_length
+            for field, name in names.verdict_scores().items()
+            if (declared := self.declared(name)) is not None
+        }
 
     def problems(self, required: list[str] | None = None) -> list[str]:
         """What makes the model incoherent; empty when it is sound. `required`: names the relay

@@ -1,11 +1,16 @@
-"""How a run is asked for: the window, writing, concurrency, shard and facts file."""
+"""How a run is asked for: the window, writing, concurrency, shard and facts file.
+
+`now` is a field of every command's options record (this one, and calibrate's, queue's, promote's,
+votes' and eval's): the moment the window ends at, the current time unless a caller fixes it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
+from triage.domain import kernel
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Shard
 
@@ -25,6 +30,5 @@ class RunOptions:
 
 def window(options: RunOptions, config: TriageConfig) -> tuple[datetime, datetime]:
     """[start, end): `since_hours` ending `lag` before now, reaching `overlap` further back."""
-    end = options.now - timedelta(minutes=config.window.lag_minutes)
-    start = end - timedelta(hours=options.since_hours, minutes=config.window.overlap_minutes)
-    return start, end
+    lag, overlap = config.window.lag_minutes, config.window.overlap_minutes
+    return kernel.window(options.now, options.since_hours, lag_minutes=lag, overlap_minutes=overlap)

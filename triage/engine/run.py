@@ -38,7 +38,7 @@ from triage.errors import SourceError
 from triage.judges.heuristic import HeuristicJudge
 from triage.retry import Budget
 from triage.search.local import Researcher
-from triage.sinks.facts_file import open_facts_file
+from triage.sinks.exports import open_facts_file
 
 log = logging.getLogger("triage")
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from dataclasses import dataclass, field
 from typing import IO
 
-from triage.domain.confidence import facts_used
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry, Findings, shorten
-from triage.domain.ownership import choose_component, owners
-from triage.domain.ports import Judge, SearchMore
+from triage.domain.ports import Judge, JudgeRequest, SearchMore
 from triage.domain.records import (
     Evidence,
     Facts,
@@ -22,13 +21,13 @@ from triage.domain.records import (
     bounded,
     decided_by,
 )
-from triage.domain.rule import Undetermined, decide, explain
+from triage.domain.rule import RulePath, Undetermined, choose_component, explain, owners, walk
 from triage.domain.scores import ScoreBody, score_id, score_timestamp
 from triage.domain.verdicts import VerdictMeta
 from triage.engine.ledger import Ledger, comments
 from triage.errors import JudgeError, JudgeRejected, SearchError
 from triage.search.local import Researcher
-from triage.sinks.facts_file import write_facts_line
+from triage.sinks.exports import write_facts_line
 
 log = logging.getLogger("triage")
 
@@ -47,8 +46,10 @@ QUOTE_CHARS = 240
 MAX_CLAIMS = 5
 
 
-def findings(trace: Trace, facts: Facts, *, searched_again: bool, collections: list[str]) -> Findings:
-    """The evidence an owner needs to act, cut short (the whole trace is one click away)."""
+def findings(path: RulePath, trace: Trace, *, searched_again: bool, collections: list[str]) -> Findings:
+    """The evidence an owner needs to act, cut short (the whole trace is one click away): the facts
+    the rule read on its `path`, in order, and who decided each."""
+    facts = path.facts
     queries = []
     for call in trace.tool_calls:
         if not call.is_search:
@@ -63,7 +64,7 @@ def findings(trace: Trace, facts: Facts, *, searched_again: bool, collections: l
             quote = shorten(held.quotes[0], QUOTE_CHARS)
             break
     decided = []
-    for name in facts_used(facts):
+    for name in path.judged:
         value = getattr(facts, name)
         held = facts.evidence.get(name)
         if isinstance(value, bool):
@@ -78,31 +79,26 @@ def findings(trace: Trace, facts: Facts, *, searched_again: bool, collections: l
     )
 
 
+@dataclass(kw_only=True, eq=False)
 class VerdictMaker:
     """Triage of one trace at a time, at most `concurrency` judged at once."""
 
-    def __init__(
-        self,
-        *,
-        judge: Judge,
-        no_search_judge: Judge,
-        config: TriageConfig,
-        ledger: Ledger,
-        researcher: Researcher | None,
-        search_down: str | None,
-        facts_out: IO[str] | None,
-        concurrency: int,
-    ) -> None:
-        self.judge = judge
-        #: the trace alone proves the layer when the agent never searched: no model is asked, only
-        #: the free checks run (invented specifics, decline phrases, injection)
-        self.no_search_judge = no_search_judge
-        self.config = config
-        self.ledger = ledger
-        self.researcher = researcher
-        self.search_down = search_down
-        self.facts_out = facts_out
-        self.gate = asyncio.Semaphore(concurrency)
+    judge: Judge
+    #: the trace alone proves the layer when the agent never searched: no model is asked, only
+    #: the free checks run (invented specifics, decline phrases, injection)
+    no_search_judge: Judge
+    config: TriageConfig
+    ledger: Ledger
+    #: None when the judge needs no re-search, or there is no search (`run_feedback` opens none)
+    researcher: Researcher | None
+    #: why the search is down, where it is
+    search_down: str | None
+    facts_out: IO[str] | None
+    concurrency: int
+    gate: asyncio.Semaphore = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.gate = asyncio.Semaphore(self.concurrency)
 
     def _more(self, trace: Trace, research: list[Passage] | None) -> SearchMore | None:
         """The judge's follow-up search for this trace, where there was a re-search to follow up."""
@@ -113,23 +109,20 @@ class VerdictMaker:
     async def triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreBody]] | None:
         """The entry and its scores; None when the trace is listed as undecided instead."""
         comment = "\n".join(comments(votes)) or None
-        base = Facts(
-            agent_searched=trace.searched,
-            agent_searched_collections=sorted(trace.searched_collections),
-        )
         research: list[Passage] | None = None
         search_problem = self.search_down
         unsearched: dict[str, str] = {}
         judge = self.judge if trace.searched else self.no_search_judge
         async with self.gate:
-            if judge.needs_research and self.researcher is not None and trace.searched:
+            if self.researcher is not None and trace.searched:
                 try:
                     found = await self.researcher.research_all(trace, comment)
                     research, unsearched = found.passages, found.unavailable
                 except SearchError as ex:
                     search_problem = str(ex)
             try:
-                facts = await judge.judge(trace, research, comment, base, search_more=self._more(trace, research))
+                request = JudgeRequest.of(trace, research, comment, search_more=self._more(trace, research))
+                facts = await judge.judge(request)
             except JudgeRejected as ex:
                 self.ledger.skip(votes, trace.id, "rejected", f"judge output rejected: {ex}", trace.question)
                 return None
@@ -145,8 +138,9 @@ class VerdictMaker:
         if not trace.answer.strip():
             facts = empty_answer_facts(facts)
         facts = bounded(decided_by(facts, judge.name))
+        path = walk(facts, self.config.agent.issues_collection)
         try:
-            layer = decide(facts, self.config.agent.issues_collection)
+            layer = path.decided
         except Undetermined as ex:
             why = (
                 f"search unavailable ({search_problem})"
@@ -201,7 +195,7 @@ class VerdictMaker:
             comments=comments(votes),
             url=trace.url,
             injection_suspected=facts.injection_suspected,
-            findings=findings(trace, facts, searched_again=research is not None, collections=self.config.collections),
+            findings=findings(path, trace, searched_again=research is not None, collections=self.config.collections),
             start=trace.start_time,
             score_time=scores[0].timestamp,
             environment=trace.environment,

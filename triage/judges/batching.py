@@ -63,6 +63,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from triage.domain.kernel import one_line
 from triage.errors import JudgeError
+from triage.judges.llm_transport import Transient, wait_headers
 from triage.retry import Clock, RetryPolicy, current_clock
 
 ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
@@ -252,21 +253,8 @@ class _Failed(Exception):
         return getattr(self.error, "status_code", None)
 
 
-class _Transient(Exception):
-    def __init__(self, error: openai.APIError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 def _retryable(ex: BaseException) -> bool:
-    return isinstance(ex, _Transient)
-
-
-def _wait_headers(ex: BaseException) -> Mapping[str, str] | None:
-    if isinstance(ex, _Transient):
-        response = getattr(ex.error, "response", None)
-        return response.headers if response is not None else None
-    return None
+    return isinstance(ex, Transient)
 
 
 class BatchRunner:
@@ -475,37 +463,35 @@ class BatchRunner:
 
     async def _refresh(self, job: _Job, until: float) -> None:
         job.polls += 1
-        try:
-            raw = await self._call(
-                "batch status",
-                lambda: self._client.batches.with_raw_response.retrieve(job.batch.id),
-                until=until,
-            )
-            job.batch = _parsed(_BatchState, raw.text, "the batch status")
-            job.trouble = None
-        except _Failed as ex:
-            if ex.status == 404:
-                job.lost = f"the server no longer knows batch {job.batch.id} (restarted without its state?)"
-            else:
-                job.trouble = ex.reason  # asked again at the next poll
+        batches = self._client.batches.with_raw_response
+        failed = await self._batch_state(job, "batch status", batches.retrieve, "the batch status", until)
+        if failed is not None:
+            job.trouble = failed.reason  # asked again at the next poll
 
     async def _cancel(self, job: _Job, until: float) -> None:
         job.cancelled_by_us = True
+        batches = self._client.batches.with_raw_response
+        failed = await self._batch_state(job, "cancel the batch", batches.cancel, "the cancelled batch", until)
+        if failed is not None:
+            # it may have ended meanwhile (a cancel of a finished batch is refused): look again
+            job.trouble = f"cancel refused: {failed.reason}"
+            await self._refresh(job, until)
+
+    async def _batch_state(
+        self, job: _Job, what: str, request: Callable[[str], Awaitable[Any]], state: str, until: float
+    ) -> _Failed | None:
+        """`request` about the job's batch (a status read, a cancel) and the batch's state it answers
+        (`state` names it in an error); the failure, unless it lost the batch (a 404: the server no
+        longer knows it)."""
         try:
-            raw = await self._call(
-                "cancel the batch",
-                lambda: self._client.batches.with_raw_response.cancel(job.batch.id),
-                until=until,
-            )
-            job.batch = _parsed(_BatchState, raw.text, "the cancelled batch")
+            raw = await self._call(what, lambda: request(job.batch.id), until=until)
+            job.batch = _parsed(_BatchState, raw.text, state)
             job.trouble = None
         except _Failed as ex:
-            if ex.status == 404:
-                job.lost = f"the server no longer knows batch {job.batch.id} (restarted without its state?)"
-            else:
-                # it may have ended meanwhile (a cancel of a finished batch is refused): look again
-                job.trouble = f"cancel refused: {ex.reason}"
-                await self._refresh(job, until)
+            if ex.status != 404:
+                return ex
+            job.lost = f"the server no longer knows batch {job.batch.id} (restarted without its state?)"
+        return None
 
     # -- reading what a batch left -------------------------------------------------------------
 
@@ -658,7 +644,7 @@ class BatchRunner:
         if until is not None:
             left = max(until - self.clock.monotonic(), 0.0)
             policy = policy.with_(deadline=left if policy.deadline is None else min(policy.deadline, left))
-        retrying = policy.async_retrying(_retryable, retry_after=_wait_headers)
+        retrying = policy.async_retrying(_retryable, retry_after=wait_headers)
         try:
             async for attempt in retrying:
                 with attempt:
@@ -670,12 +656,12 @@ class BatchRunner:
                         openai.InternalServerError,
                         openai.APIConnectionError,
                     ) as ex:
-                        raise _Transient(ex) from ex
+                        raise Transient(ex) from ex
                     except openai.APIStatusError as ex:
                         if ex.status_code >= 500 or ex.status_code in (408, 409):
-                            raise _Transient(ex) from ex
+                            raise Transient(ex) from ex
                         raise _Failed(f"{what}: {_short(ex)}", ex) from ex
-        except _Transient as ex:
+        except Transient as ex:
             number = retrying.statistics.get("attempt_number", 1)
             raise _Failed(f"{what}: {_short(ex.error)} (after {number} attempts)", ex.error) from ex.error
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover

@@ -22,11 +22,12 @@ trace settled without the model is still flagged. Each fact records who decided 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from triage.domain.confidence import facts_used
-from triage.domain.ports import Judge, SearchMore
-from triage.domain.records import JUDGED_FACTS, Facts, Passage, Trace, Usage, decided_by
+from triage.domain.ports import Judge, JudgeRequest
+from triage.domain.records import JUDGED_FACTS, Facts, Trace, Usage, decided_by
+from triage.domain.rule import walk
 
 _CONTAINMENT = ("retrieved_has_answer", "index_has_answer", "answer_collection")
 _GROUNDING = ("answer_grounded", "answer_declined")
@@ -58,18 +59,9 @@ class CascadeJudge:
         await self.cheap.aclose()
         await self.model.aclose()
 
-    async def judge(
-        self,
-        trace: Trace,
-        research: list[Passage] | None,
-        comment: str | None,
-        base: Facts,
-        *,
-        grounding: bool = True,
-        containment: bool = True,
-        search_more: SearchMore | None = None,
-    ) -> Facts:
-        cheap = decided_by(await self.cheap.judge(trace, research, comment, base), self.cheap.name)
+    async def judge(self, request: JudgeRequest) -> Facts:
+        base = request.base
+        cheap = decided_by(await self.cheap.judge(request), self.cheap.name)
         if not base.agent_searched:
             self.routes["cheap"] += 1
             return cheap  # the cheap judge has already run the injection detector
@@ -80,23 +72,26 @@ class CascadeJudge:
         if not self.model.can_skip_grounding:
             # a model judge that makes both calls or none
             self.routes["model"] += 1
-            judged = await self.model.judge(trace, research, comment, base, search_more=search_more)
+            judged = await self.model.judge(replace(request, grounding=True, containment=True))
             return self._merged(judged, cheap)
         if not need_a:
             self.routes["grounding"] += 1
             start = self._keeping(base, cheap, _CONTAINMENT_KEPT)
-            judged = await self.model.judge(trace, research, comment, start, containment=False)
+            judged = await self.model.judge(self._grounding_call(request, start))
             return self._merged(judged, cheap)
         start = self._keeping(base, cheap, _GROUNDING_KEPT)
-        judged = await self.model.judge(
-            trace, research, comment, start, grounding=False, search_more=search_more
-        )
+        judged = await self.model.judge(replace(request, base=start, grounding=False, containment=True))
         if not self.grounding_needed(judged, cheap):
             self.routes["containment"] += 1
             return self._merged(judged, cheap)
         self.routes["model"] += 1
-        judged = await self.model.judge(trace, research, comment, judged, containment=False)
+        judged = await self.model.judge(self._grounding_call(request, judged))
         return self._merged(judged, cheap)
+
+    @staticmethod
+    def _grounding_call(request: JudgeRequest, base: Facts) -> JudgeRequest:
+        """Call B alone, on `base`'s containment facts (a grounding call makes no search)."""
+        return replace(request, base=base, grounding=True, containment=False, search_more=None)
 
     @staticmethod
     def _keeping(base: Facts, cheap: Facts, kept: tuple[str, ...]) -> Facts:
@@ -143,16 +138,17 @@ class CascadeJudge:
     @classmethod
     def grounding_needed(cls, facts: Facts, cheap: Facts, issues_collection: str = "issues") -> bool:
         """Whether call B must be made: the rule's path through `facts` (their containment facts
-        settled) reads a grounding fact the cheap judge is not sure of."""
-        path = facts_used(facts, issues_collection)
+        settled) reads a grounding fact the cheap judge is not sure of. A path that stops at a
+        containment fact nobody established reads none: no grounding fact can decide that trace."""
+        path = walk(facts, issues_collection).judged
         return not all(cls._sure(cheap, f) for f in path if f in _GROUNDING)
 
     @classmethod
     def escalation(cls, cheap: Facts, issues_collection: str = "issues") -> tuple[bool, bool]:
         """Which calls the cheap facts alone ask for: (containment, grounding). Where containment is
         asked, whether grounding is too waits for call A's reply (`grounding_needed`)."""
-        path = facts_used(cheap, issues_collection)
-        need_a = not all(cls._sure(cheap, f) for f in path if f in _CONTAINMENT and f != "answer_collection")
+        path = walk(cheap, issues_collection).judged
+        need_a = not all(cls._sure(cheap, f) for f in path if f in _CONTAINMENT)
         return need_a, cls.grounding_needed(cheap, cheap, issues_collection)
 
     #: what `settled` reports, for measuring each group's precision (bench/evalset.py --figures)
@@ -168,15 +164,19 @@ class CascadeJudge:
         if not trace.searched:
             return [("no search call", {"agent_searched": False})]
         need_a, need_b = cls.escalation(cheap)
-        if need_a:
-            need_b = cls.grounding_needed(model, cheap) if model is not None else True
+        if need_a and model is not None:
+            # call A's reply carries the cheap grounding facts it was given (`_keeping`)
+            model = model.model_copy(update={name: getattr(cheap, name) for name in _GROUNDING_KEPT})
+            need_b = cls.grounding_needed(model, cheap)
+        elif need_a:
+            need_b = True
         out: list[tuple[str, dict[str, bool]]] = []
         if not need_a:
             values = {n: v for n in _CONTAINMENT if isinstance(v := getattr(cheap, n), bool)}
             if values:
                 out.append(("containment settled", values))
         if not need_b:
-            path = facts_used(model if need_a and model is not None else cheap)
+            path = walk(model if need_a and model is not None else cheap).judged
             values = {n: v for n in _GROUNDING if n in path and isinstance(v := getattr(cheap, n), bool)}
             if values:
                 out.append(("grounding settled", values))

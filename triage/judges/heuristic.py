@@ -5,14 +5,14 @@
   hold each), helped by the answer's specifics when the retrieved passages hold them (most of them,
   with no clearly better passage elsewhere, settle it whatever the question's words); a much better
   re-searched passage the agent was not shown means its passages missed it; a re-searched passage
-  without the subject the retrieved ones share is a lexical trap (`triage.judges.offline.containment`);
+  without the subject the retrieved ones share is a lexical trap (`triage.judges.containment`);
 - **grounding** (`answer_grounded`): every specific of the answer is in what the agent saw (the
   question's own, placeholders and arithmetic on shown numbers exempt), no `key: value` or negation
   contradicts a passage, no invisible character hides in a word, and most of the answer's words are
-  the passages' words (`triage.judges.offline.grounding`);
+  the passages' words (`triage.judges.grounding`);
 - **declining** (`answer_declined`): a decline phrase, in English or 21 other languages, or an
   English sentence that names the agent's sources and says they do not tell
-  (`triage.judges.offline.declines`).
+  (`triage.judges.declines`).
 
 Confidence is `high` only where the signal is clear-cut (measured on the evaluation set: see
 bench/README.md), `medium` near a threshold, `low` where the heuristic is close to guessing; the
@@ -23,19 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from triage.domain.ports import SearchMore
+from triage.domain.ports import JudgeRequest
 from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
-from triage.judges import guard
-from triage.judges.offline import containment as cont
-from triage.judges.offline.declines import absence_cues, cue_phrases, declines, listed_phrases
-from triage.judges.offline.grounding import Grounding, answer_text, check, unsupported_specifics
-from triage.judges.offline.text import looks_english, quotes_code, specifics
+from triage.domain.rule import Confidence
+from triage.judges import containment as cont
+from triage.judges import prompts
+from triage.judges.declines import absence_cues, cue_phrases, declines, listed_phrases
+from triage.judges.grounding import Grounding, answer_text, check, unsupported_specifics
+from triage.judges.offline_text import looks_english, quotes_code, specifics
 
 __all__ = ["HeuristicJudge", "Signals", "declines", "signals", "specifics", "unsupported"]
-
-Confidence = Literal["high", "medium", "low"]
 
 #: below this share of the answer's words found in what the agent saw, the answer is not grounded
 PROSE_THRESHOLD = 0.65
@@ -254,7 +252,7 @@ class HeuristicJudge:
     name = "heuristic"
     prompt_version: str | None = "heuristic-3"
     needs_research = True
-    #: grounding is free here (no model call), so `grounding=False` changes nothing
+    #: grounding is free here (no model call), so a request's `grounding=False` changes nothing
     can_skip_grounding = False
 
     def __init__(self) -> None:
@@ -263,17 +261,8 @@ class HeuristicJudge:
     async def aclose(self) -> None:
         """Nothing to release."""
 
-    async def judge(
-        self,
-        trace: Trace,
-        research: list[Passage] | None,
-        comment: str | None,
-        base: Facts,
-        *,
-        grounding: bool = True,
-        containment: bool = True,
-        search_more: SearchMore | None = None,
-    ) -> Facts:
+    async def judge(self, request: JudgeRequest) -> Facts:
+        trace, research = request.trace, request.research
         sig = signals(trace, research)
         retrieved, in_index, holder, evidence = _containment_facts(sig, trace.question)
         if not looks_english(trace.question):
@@ -284,7 +273,7 @@ class HeuristicJudge:
                     evidence[name] = evidence[name].model_copy(update={"confidence": "medium"})
         evidence["answer_grounded"] = _grounding_evidence(sig)
         evidence["answer_declined"] = _decline_evidence(sig, trace)
-        facts = base.model_copy(
+        facts = request.base.model_copy(
             update={
                 "retrieved_has_answer": retrieved,
                 "index_has_answer": in_index,
@@ -296,4 +285,4 @@ class HeuristicJudge:
                 "evidence": evidence,
             }
         )
-        return guard.flag(facts, guard.trace_findings(trace, research, comment))
+        return prompts.flag(facts, prompts.trace_findings(trace, research, request.comment))

@@ -27,8 +27,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from triage import jsonl
-from triage.domain.ports import SearchMore
-from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
+from triage.domain.ports import JudgeRequest
+from triage.domain.records import Evidence, Facts, Usage
 from triage.errors import InputError, JudgeError
 
 _TRUE = {"true", "yes", "contains_answer", "grounded", "no_factual_claims", "declined"}
@@ -124,7 +124,7 @@ class ReplayJudge:
     """Facts read from a facts file. No search, no model call."""
 
     needs_research = False
-    #: recorded facts include grounding; `grounding=False` changes nothing
+    #: recorded facts include grounding; a request's `grounding=False` changes nothing
     can_skip_grounding = False
 
     def __init__(
@@ -163,19 +163,10 @@ class ReplayJudge:
     async def aclose(self) -> None:
         """Nothing to release."""
 
-    async def judge(
-        self,
-        trace: Trace,
-        research: list[Passage] | None,
-        comment: str | None,
-        base: Facts,
-        *,
-        grounding: bool = True,
-        containment: bool = True,
-        search_more: SearchMore | None = None,
-    ) -> Facts:
-        recorded = self._facts.get(trace.id)
+    async def judge(self, request: JudgeRequest) -> Facts:
+        trace_id, base = request.trace.id, request.base
+        recorded = self._facts.get(trace_id)
         if recorded is None:
-            raise JudgeError(f"no recorded facts for trace {trace.id} in {self.path.name}")
+            raise JudgeError(f"no recorded facts for trace {trace_id} in {self.path.name}")
         evidence = {**base.evidence, **recorded["evidence"]}
         return base.model_copy(update={**recorded, "evidence": evidence})

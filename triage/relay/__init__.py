@@ -1,11 +1,13 @@
 """`triage relay`: the feedback service in front of Langfuse (or the embedded store).
 
-`app` (HTTP), `service` (the operations), `requests` (bodies), `ledger` (ledger and outbox),
-`sinks` (embedded store, Langfuse), `worker` (delivery), `tokens` (feedback tokens for browsers:
-`issue_token`), `server` (assembly, uvicorn). It writes through `triage.sources` and never imports
-the engine.
+`api` (HTTP: auth, limits, statuses), `web` (the frame: routing, CORS, the protocol's head limits,
+problems, metrics), `bodies` (the request bodies as models, the OpenAPI description), `access`
+(feedback tokens for browsers: `issue_token`; session JWTs; rate limits), `service` (the
+operations), `commits` (the one group commit) over `storage` (the port) and its `sqlite` and
+`postgres` implementations, `outbox` (the sinks: embedded store, Langfuse; the delivery worker),
+`server` (assembly, uvicorn). It writes through `triage.sources` and never imports the engine.
 """
 
-from triage.relay.tokens import issue_token, verify_token
+from triage.relay.access import issue_token, verify_token
 
 __all__ = ["issue_token", "verify_token"]

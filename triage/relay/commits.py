@@ -1,4 +1,4 @@
-"""The one way the relay writes its ledger: group commits, on either storage (`ledger.Storage`:
+"""The one way the relay writes its ledger: group commits, on either storage (`storage.Storage`:
 the SQLite file, or PostgreSQL shared by replicas).
 
 Requests (`run`, on the event loop) queue their work; the first to arrive starts a batch, the
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from triage.errors import ConfigError, SourceError
-from triage.relay.ledger import Op, Reads, Settlement, Storage, Tx, Where
-from triage.relay.problems import Problem
 from triage.relay.sqlite import SqliteStorage
+from triage.relay.storage import Op, Reads, Settlement, Storage, Tx, Where
+from triage.relay.web import Problem
 
 log = logging.getLogger("triage.relay")
 T = TypeVar("T")
@@ -67,7 +67,7 @@ def open_storage(location: Path | str, now: Callable[[], float], *, inline: bool
     return SqliteStorage(str(location), now, inline=inline)
 
 
-class Ledger:
+class GroupCommit:
     """The ledger's storage, its writer, and the group commit over it."""
 
     def __init__(

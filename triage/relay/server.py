@@ -15,15 +15,14 @@ from pathlib import Path
 import uvicorn
 
 from triage.domain.config import TriageConfig
-from triage.domain.relay import RelayConfig
+from triage.domain.relay import RelayConfig, ReviewNames
 from triage.errors import ConfigError
-from triage.relay.app import Credentials, RelayApp
-from triage.relay.commits import Ledger
-from triage.relay.ledger import Op
-from triage.relay.protocol import limited
+from triage.relay.api import Credentials, RelayApp
+from triage.relay.commits import GroupCommit
+from triage.relay.outbox import Sink, Worker
 from triage.relay.service import Relay
-from triage.relay.sinks import Sink
-from triage.relay.worker import Worker
+from triage.relay.storage import Op
+from triage.relay.web import limited
 from triage.retry import Clock, current_clock
 
 log = logging.getLogger("triage.relay")
@@ -35,8 +34,7 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def check_startup(config: TriageConfig, credentials: Credentials, host: str) -> None:
     """Refuse to start (ConfigError, exit 3) on an incoherent model, an open relay off loopback, or a
     secret too short to withstand guessing (fewer than 32 characters) off loopback."""
-    probe = Relay.required_for(config.calibration.verdict_score)
-    problems = config.relay.problems(probe)
+    problems = config.relay.problems(ReviewNames.of(config.calibration).relay_writes())
     if problems:
         raise ConfigError("the relay's score model is incoherent: " + "; ".join(problems))
     if credentials.open and not is_loopback(host):
@@ -78,7 +76,7 @@ def relay_running(
     clock = clock or current_clock()
     now = lambda: clock.now().timestamp()  # noqa: E731
     try:
-        ledger = Ledger(outbox, now=now, after_commit=_inline(sink) if sink.inline else None)
+        ledger = GroupCommit(outbox, now=now, after_commit=_inline(sink) if sink.inline else None)
     except (sqlite3.Error, OSError) as ex:  # a path it cannot open, a file that is no ledger
         raise ConfigError(f"the relay's ledger {outbox} cannot be opened: {ex} (check TRIAGE_RELAY_OUTBOX)") from None
     worker = Worker(
@@ -94,7 +92,7 @@ def relay_running(
         sink=sink,
         config=config.relay,
         clock=clock,
-        verdict_score=config.calibration.verdict_score,
+        names=ReviewNames.of(config.calibration),
         worker=worker,
     )
     if start_worker:
@@ -130,7 +128,7 @@ def quiet_gc() -> None:
 def uvicorn_config(app: RelayApp, host: str, port: int, *, grace_seconds: float = 10.0) -> uvicorn.Config:
     """How the relay is served. uvicorn's own X-Forwarded-For handling is off: it believes any
     loopback peer (a sidecar proxy is one), so every client could pick its own rate bucket; the
-    relay believes only its configured trusted proxies (`ratelimit.Proxies`)."""
+    relay believes only its configured trusted proxies (`access.Proxies`)."""
     limits = app.relay.config if app.relay is not None else RelayConfig()
     return uvicorn.Config(
         app.app, host=host, port=port, log_config=None, access_log=False, lifespan="off",

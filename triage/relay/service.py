@@ -12,23 +12,25 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
+from triage.domain.config import CalibrationConfig
 from triage.domain.kernel import iso_ms, parse_time
-from triage.domain.relay import HUMAN, VERDICT_FIELDS, VOTE_SCORE, DeclaredScore, RelayConfig
-from triage.domain.scores import END_USER, BadScore, PersonMeta, ScoreBody, relay_score_id
-from triage.relay.commits import Ledger, LedgerDown
-from triage.relay.ledger import MAX_PAGE, Page, Row, Tx, decode_cursor, encode_cursor
-from triage.relay.metrics import Metrics
-from triage.relay.problems import Problem
-from triage.relay.requests import Answer, Feedback, ScoreIn
-from triage.relay.sinks import Sink
-from triage.relay.worker import Worker
+from triage.domain.relay import HUMAN, VOTE_SCORE, DeclaredScore, RelayConfig, ReviewNames, Verdict
+from triage.domain.scores import END_USER, BadScore, DataType, PersonMeta, ScoreBody, relay_score_id
+from triage.relay.bodies import Answer, Feedback, ScoreIn
+from triage.relay.commits import GroupCommit, LedgerDown
+from triage.relay.outbox import Sink, Worker
+from triage.relay.storage import MAX_PAGE, ListingPage, Row, Tx, decode_cursor, encode_cursor
+from triage.relay.web import Metrics, Problem
 from triage.retry import Clock
 
 log = logging.getLogger("triage.relay")
 
 Mode = Literal["upsert", "create", "replace"]
+#: `verdict=negative` lists the negative queue: the answers people voted down that a reviewer
+#: judged, the false alarms among them
+NEGATIVE_QUEUE: tuple[Verdict, ...] = ("negative", "false_alarm")
 
 
 @dataclass
@@ -41,6 +43,16 @@ class Written:
 
     def body(self) -> dict[str, Any]:
         return {"ids": self.ids, "cleared": self.cleared, "stored": self.where}
+
+
+class _Wanted(NamedTuple):
+    """A score a request sets: its name, kind (vote, verdict, score), wire value, type, comment."""
+
+    name: str
+    kind: str
+    value: Any
+    data_type: DataType
+    comment: str | None
 
 
 def check_value(decl: DeclaredScore, value: Any) -> Any:
@@ -79,11 +91,11 @@ class Relay:
     def __init__(
         self,
         *,
-        ledger: Ledger,
+        ledger: GroupCommit,
         sink: Sink,
         config: RelayConfig,
         clock: Clock,
-        verdict_score: str = "verdict",
+        names: ReviewNames | None = None,
         metrics: Metrics | None = None,
         worker: Worker | None = None,
     ) -> None:
@@ -91,11 +103,12 @@ class Relay:
         self.sink = sink
         self.config = config
         self.clock = clock
-        self.verdict_score = verdict_score
         self.metrics = metrics or Metrics()
         self.worker = worker
-        #: field name -> score name (the verdict's name is the calibration config's)
-        self.names = {"verdict": verdict_score, **{f: f for f in VERDICT_FIELDS}}
+        #: the scores people write (the verdict's name is the calibration config's)
+        self.names = names or ReviewNames.of(CalibrationConfig())
+        #: a verdict's field (its body name) -> its score's name
+        self.fields = self.names.verdict_scores()
         self._depth: tuple[int, int, float | None] | None = None
         #: when the last write the ledger could not commit was refused; None once one succeeds
         self.write_failed_at: float | None = None
@@ -103,17 +116,11 @@ class Relay:
         self._undeclared_sources: set[str] = set()
         self._depth_at = 0.0
         # the model is fixed for the process: look its names up once, not on every request
-        self._decls = {n: self._lookup(n) for n in (VOTE_SCORE, *self.names.values())}
-        self._max_text = {
-            f: d.max_length for f, n in self.names.items() if (d := self.config.declared(n)) is not None
-        }
-
-    @staticmethod
-    def required_for(verdict_score: str) -> list[str]:
-        """The names the relay writes for people, which the `human` source must be allowed to write."""
-        return [VOTE_SCORE, verdict_score, *VERDICT_FIELDS]
+        self._decls = {n: self._lookup(n) for n in self.names.relay_writes()}
+        self._max_text = self.config.max_text(self.names)
 
     def max_text(self) -> dict[str, int]:
+        """The longest value of each verdict field the declared model allows (`parse_feedback`'s)."""
         return self._max_text
 
     # -- running a request's work -------------------------------------------------------------
@@ -147,38 +154,25 @@ class Relay:
         self.metrics.inc("relay_outcomes_total", outcome="queued")
         return result, "outbox"
 
-    def _now(self) -> float:
-        return self.clock.now().timestamp()
-
     # -- building rows ------------------------------------------------------------------------
 
+    @staticmethod
     def _row(
-        self,
-        tx: Tx,
-        *,
-        name: str,
-        kind: str,
-        answer: Answer,
-        author: str,
-        value: Any,
-        data_type: str,
-        comment: str | None,
-        environment: str,
-        existing: Row | None,
-        now: str,
+        score: _Wanted, answer: Answer, author: str, environment: str, existing: Row | None, now: str
     ) -> Row:
+        name = score.name
         score_id = existing.id if existing else relay_score_id(name, answer.key, author)
         timestamp = existing.timestamp if existing else now
         meta = PersonMeta(author=author, answer=answer.key, session_id=answer.session_id, turn=answer.turn)
         body = ScoreBody(
             id=score_id,
             name=name,
-            value=value,
-            data_type=data_type,  # type: ignore[arg-type]
+            value=score.value,
+            data_type=score.data_type,
             timestamp=parse_time(timestamp),
             trace_id=answer.trace_id or None,
             session_id=None if answer.trace_id else answer.session_id,
-            comment=comment,
+            comment=score.comment,
             metadata=meta.to_metadata(),
             environment=environment,
         )
@@ -187,7 +181,7 @@ class Relay:
             answer=answer.key,
             author=author,
             name=name,
-            kind=kind,
+            kind=score.kind,
             trace_id=answer.trace_id,
             session_id=answer.session_id,
             turn=answer.turn,
@@ -195,6 +189,11 @@ class Relay:
             body=body,
             updated_at=now,
         )
+
+    def _wanted(self, name: str, kind: str, value: Any, comment: str | None) -> _Wanted:
+        """A score a person's feedback sets, its value checked against its declaration."""
+        decl = self._declared(name)
+        return _Wanted(name, kind, check_value(decl, value), decl.data_type, comment)
 
     def _declared(self, name: str) -> DeclaredScore:
         decl = self._decls.get(name)
@@ -209,12 +208,12 @@ class Relay:
     # -- operations ------------------------------------------------------------------------------
 
     async def feedback(self, req: Feedback, author: str, mode: Mode = "upsert") -> Written:
-        wanted: dict[str, tuple[str, Any, str | None]] = {}  # score name -> (kind, wire value, comment)
+        wanted: dict[str, _Wanted] = {}
         if req.value is not None:
-            wanted[VOTE_SCORE] = ("vote", check_value(self._declared(VOTE_SCORE), req.value), req.comment)
+            wanted[VOTE_SCORE] = self._wanted(VOTE_SCORE, "vote", req.value, req.comment)
         for field, text in (req.verdict or {}).items():
-            name = self.names[field]
-            wanted[name] = ("verdict", check_value(self._declared(name), text), None)
+            name = self.fields[field]
+            wanted[name] = self._wanted(name, "verdict", text, None)
 
         def work(tx: Tx) -> tuple[list[str], list[str]]:
             now = iso_ms(self.clock.now())
@@ -227,20 +226,8 @@ class Relay:
             if mode == "replace" and not live:
                 raise Problem(404, "this voter has no feedback on this answer to replace")
             ids = []
-            for name, (kind, value, comment) in wanted.items():
-                row = self._row(
-                    tx,
-                    name=name,
-                    kind=kind,
-                    answer=req.answer,
-                    author=author,
-                    value=value,
-                    data_type=self._declared(name).data_type,
-                    comment=comment,
-                    environment=req.environment,
-                    existing=existing.get(name),
-                    now=now,
-                )
+            for name, score in wanted.items():
+                row = self._row(score, req.answer, author, req.environment, existing.get(name), now)
                 tx.put(row)
                 ids.append(row.id)
             if mode == "replace":
@@ -293,26 +280,13 @@ class Relay:
                     else "NUMERIC" if isinstance(req.value, int | float) else "CATEGORICAL"
                 )  # fmt: skip
                 decl = DeclaredScore(name=req.name, data_type=inferred)  # type: ignore[arg-type]
-        value = check_value(decl, req.value)
-        data_type = decl.data_type
+        score = _Wanted(req.name, "score", check_value(decl, req.value), decl.data_type, req.comment)
         author = f"source:{req.source}"
 
         def work(tx: Tx) -> list[str]:
             now = iso_ms(self.clock.now())
             existing = next((r for r in tx.rows(req.answer.key, author) if r.name == req.name), None)
-            row = self._row(
-                tx,
-                name=req.name,
-                kind="score",
-                answer=req.answer,
-                author=author,
-                value=value,
-                data_type=data_type,
-                comment=req.comment,
-                environment=req.environment,
-                existing=existing,
-                now=now,
-            )
+            row = self._row(score, req.answer, author, req.environment, existing, now)
             tx.put(row)
             return [row.id]
 
@@ -340,18 +314,18 @@ class Relay:
             after = decode_cursor(cursor) if cursor is not None else None
         except ValueError:
             raise Problem(400, "cursor is not one this relay gave: pass next_cursor back as it came") from None
-        wanted = ("negative", "false_alarm") if verdict == "negative" else (verdict,) if verdict else ()
-        page = Page(
+        wanted = NEGATIVE_QUEUE if verdict == "negative" else (verdict,) if verdict else ()
+        page = ListingPage(
             trace_id=trace_id,
             session_id=session_id,
             author=author,
-            verdict_name=self.verdict_score if wanted else None,
+            verdict_name=self.names.verdict if wanted else None,
             verdict_values=wanted,
             after=after,
             groups=limit + 1,  # one more than asked: whether a next page exists
         )
         groups: dict[tuple[str, str], dict[str, Any]] = {}
-        fields = {v: k for k, v in self.names.items()}
+        fields = {v: k for k, v in self.fields.items()}
         for row in self.ledger.reads.page(page):
             item = groups.setdefault(
                 (row.answer, row.author),
@@ -360,7 +334,7 @@ class Relay:
                     "author": row.author,
                     "vote": None,
                     "comment": None,
-                    **{f: None for f in self.names},
+                    **{f: None for f in self.fields},
                     "scores": {},
                     "updatedAt": row.updated_at,
                 },

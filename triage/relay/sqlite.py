@@ -1,5 +1,5 @@
 """The relay's ledger and outbox in one SQLite file (`SqliteStorage`): the default, for a laptop
-and a single replica. One process writes it, through `commits.Ledger`'s group commits.
+and a single replica. One process writes it, through `commits.GroupCommit`'s group commits.
 
 A delivery's claim is a lease: the outbox row keeps the time it was claimed (`claimed`, 0 when
 free), and a claim older than `LEASE_SECONDS` is taken again. A delivery whose result could not
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from triage.domain.scores import BadScore, normalise_author
-from triage.relay.ledger import (
+from triage.relay.storage import (
     Key,
+    ListingPage,
     Op,
-    Page,
     Row,
     Settlement,
     Tx,
@@ -59,7 +59,6 @@ CREATE TABLE IF NOT EXISTS inline_batch (ops TEXT NOT NULL);
 """
 #: `PRAGMA user_version`: 1 = authors spelled by `normalise_author`
 VERSION = 1
-
 
 
 # -- SQLite ------------------------------------------------------------------------------------------
@@ -160,7 +159,7 @@ class SqliteReads:
         with self._lock:
             return list(self._db.execute(sql, params).fetchall())
 
-    def page(self, page: Page) -> list[Row]:
+    def page(self, page: ListingPage) -> list[Row]:
         sql, params = page_query(page, value="json_extract(body, '$.value')")
         return [row_of(r) for r in self.select(sql.format(feedback="feedback"), params)]
 
@@ -179,7 +178,7 @@ class SqliteReads:
 
 
 class SqliteStorage:
-    """The ledger in one SQLite file with one writer connection (used under `commits.Ledger`'s
+    """The ledger in one SQLite file with one writer connection (used under `commits.GroupCommit`'s
     lock): `BEGIN IMMEDIATE` serialises every writer, so `begin` has nothing to lock by key."""
 
     name = "sqlite"
@@ -276,7 +275,7 @@ class SqliteStorage:
         self.db.close()
 
 
-# -- the delivery worker's steps on SQLite (each one transaction, through `Ledger.call`) ------------
+# -- the delivery worker's steps on SQLite (each one transaction, through `GroupCommit.call`) ------------
 
 
 def claim(tx: Tx, limit: int) -> list[Op]:

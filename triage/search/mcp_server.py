@@ -10,18 +10,16 @@ collection: `issues` gets the issue filters, `code` the resource-kind filter, an
 Each returns the docs agent's Markdown: `### Result i (score: x)` blocks with a `**Source:** <url>`
 line, joined by `\\n---\\n`; `No results found for your query.` when nothing matches; and
 `Search rejected: ...` for an empty query or one over 512 characters (as the agent's server does).
+
+Started by `triage index serve` (`triage.app.Triage.serve_index`), its one way in.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
-from triage.config import load_config
-from triage.domain.config import IndexFolder
 from triage.domain.records import Passage
 from triage.search.index import Index
 
@@ -119,37 +117,3 @@ def serve(
         server.run("stdio")
     else:
         server.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")
-
-
-def _parse_folder(spec: str) -> IndexFolder:
-    collection, sep, path = spec.partition("=")
-    if not sep or not collection or not path:
-        raise SystemExit(f"--folder wants COLLECTION=PATH, got {spec!r}")
-    return IndexFolder(collection=collection, path=Path(path))
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m triage.search.mcp_server [--host H] [--port P] [--stdio] --folder COLLECTION=PATH ...`.
-
-    A development entry point; the CLI's `triage index serve` is the supported one.
-    """
-    import argparse
-
-
-    parser = argparse.ArgumentParser(prog="python -m triage.search.mcp_server")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--stdio", action="store_true")
-    parser.add_argument("--folder", action="append", default=[], metavar="COLLECTION=PATH")
-    args = parser.parse_args(argv)
-    folders = [_parse_folder(spec) for spec in args.folder]
-    if not folders:
-        raise SystemExit("name at least one --folder COLLECTION=PATH")
-    config = load_config(None)
-    index = Index.from_folders(folders)
-    print(f"serving {index.size} chunks of {', '.join(index.collections)}", file=sys.stderr)
-    serve(index, config.tools, host=args.host, port=args.port, stdio=args.stdio)
-
-
-if __name__ == "__main__":
-    main()

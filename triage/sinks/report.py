@@ -1,18 +1,87 @@
-"""The Markdown report (a jinja2 template).
+"""The Markdown a run and a calibration leave behind: the report, its summary, the issue drafts, the
+calibration and evaluation reports; and where a run's outputs go (`publish_run`).
 
-User text (questions, comments) is escaped: it cannot open a heading, a table, a link or HTML.
+Markdown comes from jinja2 templates (`templates/`). User text (questions, comments, reviewer names)
+is escaped with the `md` filter: it cannot open a heading, a table, a link or HTML. The summary
+lines are our own text, not escaped.
+
+A new report section: its data in `domain.outcome`, its context in `render_report`, its text in
+`templates/report.md.j2`.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 from collections import defaultdict
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
 
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from triage.domain.calibration import LABELLED_FACTS, CalibrationReport, EvalReport
 from triage.domain.outcome import Entry, RunResult, Skipped
 from triage.domain.records import Layer
 from triage.domain.signatures import NIGHTS
-from triage.sinks.markdown import templates
-from triage.sinks.summary import summary_lines
+from triage.errors import ConfigError
+from triage.redact import printable, redact
+
+log = logging.getLogger("triage")
+
+# -- Markdown: escaping untrusted text, the templates ------------------------------------------
+
+# Inline Markdown that could format, link or break out of a line. Block syntax (headings, lists,
+# quotes, tables) needs a line start, and user text never gets one: it is folded onto one line
+# that the template starts itself.
+# Links and images need `[`, emphasis `*` or `_`, code a backtick, tables `|`, strikethrough `~`.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_BLOCK_START = re.compile(r"^(?:(\d+)([.)])|([#>+=-]))")
+_AUTOLINK = re.compile(r"(?i)\b(https?|ftp)(:)(//)|\b(www)(\.)")
+
+
+#: user text in the report is cut to this many characters; the whole of it stays in the trace
+USER_TEXT_CHARS = 500
+
+
+def md(text: object, limit: int = USER_TEXT_CHARS) -> str:
+    """Escape untrusted text for one line of Markdown: no HTML, no formatting, no links, no newlines,
+    no control or invisible characters, no secret; at most `limit` characters."""
+    flat = " ".join(printable(redact(str(text)), limit).split())
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    flat = _MD_SPECIAL.sub(r"\\\1", flat)
+    # should a template ever start a line with user text, it still cannot open a block
+    flat = _BLOCK_START.sub(lambda m: f"{m[1]}\\{m[2]}" if m[2] else f"\\{m[3]}", flat)
+    # GitHub turns bare URLs into links; an escaped colon or dot stops that and renders the same
+    return _AUTOLINK.sub(lambda m: f"{m[1]}\\:{m[3]}" if m[1] else f"{m[4]}\\.", flat)
+
+
+def code(text: object) -> str:
+    """An identifier as inline code; backticks removed so it cannot close the span early."""
+    return "`" + printable(redact(str(text)), USER_TEXT_CHARS).replace("`", "'") + "`"
+
+
+def chart_label(text: object) -> str:
+    """A Mermaid string: no quote, bracket or newline can end it early (owners are configuration)."""
+    return " ".join(str(text).replace('"', "'").replace("[", "(").replace("]", ")").split())[:40]
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+templates = Environment(
+    loader=PackageLoader("triage.sinks", "templates"),
+    undefined=StrictUndefined,
+    autoescape=False,  # Markdown, not HTML: escaping is explicit, with the `md` filter
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+templates.filters.update(md=md, code=code, chart=chart_label, num=_num)
+
+# -- the run report ----------------------------------------------------------------------------
 
 
 def grouped(entries: list[Entry]) -> dict[str, dict[str, list[Entry]]]:
@@ -34,14 +103,6 @@ def by_signature(entries: list[Entry]) -> list[tuple[str, list[Entry]]]:
     for entry in entries:
         items.setdefault(entry.signature or f"trace:{entry.trace_id}", []).append(entry)
     return list(items.items())
-
-
-def chart_label(text: object) -> str:
-    """A Mermaid string: no quote, bracket or newline can end it early (owners are configuration)."""
-    return " ".join(str(text).replace('"', "'").replace("[", "(").replace("]", ")").split())[:40]
-
-
-templates.filters["chart"] = chart_label
 
 
 def _entry_order(entry: Entry) -> tuple[str, str]:
@@ -82,3 +143,193 @@ def render_report(result: RunResult) -> str:
         nights=NIGHTS + 1,
         summary=summary_lines(result, timing=False),  # our own text: not escaped
     )
+
+
+# -- the run summary ---------------------------------------------------------------------------
+
+
+def _not_triaged(result: RunResult) -> dict[str, int]:
+    kinds: dict[str, int] = defaultdict(int)
+    for skipped in result.skipped:
+        kinds[skipped.undecided.kind] += 1
+    return dict(sorted(kinds.items()))
+
+
+def summary_lines(result: RunResult, *, timing: bool = True) -> list[str]:
+    """The run summary: counts per layer, undecided, written, time, requests and cost. Without
+    `timing` (the report), no wall time: the same input then gives the same report."""
+    triaged = len(result.entries)
+    per_layer = (
+        ", ".join(f"{layer} {count}" for layer, count in sorted(result.layer_counts.items())) or "none"
+    )
+    undecided = ", ".join(f"{kind} {count}" for kind, count in _not_triaged(result).items()) or "none"
+    per_trace = result.requests / triaged if triaged else 0.0
+    usage = result.usage
+    lines = [
+        f"thumbs-down {result.thumbs_down} (of {result.votes_seen} votes), already triaged {result.already_triaged}, "
+        f"triaged {triaged}, not triaged {len(result.skipped)}",
+        f"layers: {per_layer}",
+        f"not triaged: {undecided}",
+        f"written: {result.written} scores" if result.write else "written: nothing (no --write)",
+        f"judge {result.judge}: {usage.calls} calls, {usage.input_tokens} input + {usage.output_tokens} output "
+        f"tokens, est. ${result.cost:.4f}"
+        + (
+            f" ({usage.calls / triaged:.2f} calls, {(usage.input_tokens + usage.output_tokens) / triaged:.0f} "
+            f"tokens per trace)"
+            if triaged
+            else ""
+        ),
+        f"search calls {result.search_calls}; backend requests {result.requests} ({per_trace:.2f} per triaged trace)",
+    ]
+    if timing:
+        lines.append(f"time {result.elapsed:.1f}s")
+    if result.worklist is not None:
+        status = result.worklist.status_counts()
+        lines.insert(
+            4,
+            f"signatures: {len(result.worklist.signatures)} tonight ({status['new']} new, {status['recurring']} "
+            f"recurring, {status['regressed']} regressed), {status['resolved']} resolved"
+            + (f"; {result.signatures_written} signature scores written" if result.write else ""),
+        )
+    return lines
+
+
+def summary_record(result: RunResult) -> dict[str, object]:
+    """The run's figures for a machine (`--summary-file`): what the summary lines say, as JSON."""
+    return {
+        "exit_code": int(result.exit_code),
+        "votes_seen": result.votes_seen,
+        "thumbs_down": result.thumbs_down,
+        "already_triaged": result.already_triaged,
+        "triaged": len(result.entries),
+        "not_triaged": _not_triaged(result),
+        "layers": dict(sorted(result.layer_counts.items())),
+        "written": result.written,
+        "judge": result.judge,
+        "judge_calls": result.usage.calls,
+        "input_tokens": result.usage.input_tokens,
+        "output_tokens": result.usage.output_tokens,
+        "cost_usd": round(result.cost, 6),
+        "search_calls": result.search_calls,
+        "backend_requests": result.requests,
+        "elapsed_seconds": round(result.elapsed, 3),
+    }
+
+
+def summary_json(result: RunResult) -> str:
+    return json.dumps(summary_record(result), indent=2) + "\n"
+
+
+# -- issue drafts ------------------------------------------------------------------------------
+# One Markdown file per owner, and one per signature seen often, ready to paste. Nothing is filed:
+# a person reads the draft, checks the traces and files it. File names are made from configuration
+# (owners) and signature ids only, never from user text.
+
+DEFAULT_MIN_SIZE = 3  # a signature with this many members in the last nights gets its own draft
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:80] or "owner"
+
+
+def write_issue_drafts(result: RunResult, folder: Path, min_size: int = DEFAULT_MIN_SIZE) -> list[Path]:
+    """Write the drafts; returns the files written (owners first, then signatures)."""
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as ex:
+        raise ConfigError(f"cannot create the issues folder {folder}: {ex.strerror or ex}") from ex
+    sigs = {sig.id: sig for sig in result.worklist.signatures} if result.worklist else {}
+    written = []
+    for owner, by_layer in grouped(result.entries).items():
+        items = {layer: by_signature(entries) for layer, entries in by_layer.items()}
+        text = templates.get_template("issue_owner.md.j2").render(
+            owner=owner,
+            count=sum(len(entries) for entries in by_layer.values()),
+            by_layer=items,
+            result=result,
+            sigs=sigs,
+            nights=NIGHTS + 1,
+        )
+        path = folder / f"owner-{_slug(owner)}.md"
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    members: dict[str, list[Entry]] = {}
+    for entry in result.entries:
+        if entry.signature in sigs:
+            members.setdefault(entry.signature, []).append(entry)
+    for sig_id, entries in members.items():
+        sig = sigs[sig_id]
+        if sig.count < min_size:
+            continue
+        owners = list(dict.fromkeys(owner for entry in entries for owner in entry.owners))
+        text = templates.get_template("issue_signature.md.j2").render(
+            sig=sig, members=entries, sigs=sigs, owners=owners, nights=NIGHTS + 1
+        )
+        path = folder / f"signature-{_slug(sig.id)}.md"
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+# -- where a run's outputs go ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """What `triage feedback` and `triage demo` were asked to leave behind, besides the log."""
+
+    report: bool = False  # the report on standard output
+    report_file: Path | None = None
+    summary_file: Path | None = None
+    issues_dir: Path | None = None
+    issue_min_size: int = DEFAULT_MIN_SIZE
+
+
+def publish_run(result: RunResult, outputs: RunOutputs, stdout: Callable[[str], None]) -> None:
+    """The summary to the log, then each output asked for: issue drafts, the summary file, the
+    report (to `stdout`, and to its file)."""
+    for line in summary_lines(result):
+        log.info("summary: %s", line, extra={"event": "summary"})
+    if outputs.issues_dir:
+        drafts = write_issue_drafts(result, outputs.issues_dir, outputs.issue_min_size)
+        log.info("%d issue drafts written to %s", len(drafts), outputs.issues_dir, extra={"event": "issue_drafts"})
+    if outputs.summary_file:
+        outputs.summary_file.write_text(summary_json(result), encoding="utf-8")
+    if outputs.report or outputs.report_file:
+        text = render_report(result)
+        if outputs.report:
+            stdout(text)
+        if outputs.report_file:
+            outputs.report_file.write_text(text, encoding="utf-8")
+            log.info("report written to %s", outputs.report_file, extra={"event": "report_file"})
+
+
+# -- calibration and evaluation reports --------------------------------------------------------
+
+
+def render_calibration(report: CalibrationReport) -> str:
+    """The Markdown report; every reviewer name, trace id and reason escaped as untrusted text."""
+    return templates.get_template("calibration.md.j2").render(r=report)
+
+
+def calibration_json(report: CalibrationReport) -> str:
+    return report.model_dump_json(indent=2) + "\n"
+
+
+def render_eval(report: EvalReport) -> str:
+    """The evaluation table (a row per judge and split) and each judge's misses."""
+    splits = [run.split for run in report.runs]
+    detail = "all" if "all" in splits else (splits[0] if splits else "all")
+    return templates.get_template("eval.md.j2").render(report=report, facts=LABELLED_FACTS, detail=detail)
+
+
+def eval_json(report: EvalReport) -> str:
+    return report.model_dump_json(indent=2) + "\n"
+
+
+#: `--format` of `triage calibrate` and `triage eval`: name -> renderer, the first the default
+CALIBRATION_FORMATS: Mapping[str, Callable[[CalibrationReport], str]] = {
+    "markdown": render_calibration,
+    "json": calibration_json,
+}
+EVAL_FORMATS: Mapping[str, Callable[[EvalReport], str]] = {"markdown": render_eval, "json": eval_json}

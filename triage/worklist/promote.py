@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from triage.domain.config import CalibrationConfig, TriageConfig
+from triage.domain.config import TriageConfig
 from triage.domain.datasets import (
     DatasetItem,
     DatasetSink,
@@ -41,8 +41,10 @@ from triage.domain.datasets import (
     regression_item_id,
 )
 from triage.domain.kernel import clip as cut
+from triage.domain.kernel import window
 from triage.domain.ports import ScoreReader, TraceSource
 from triage.domain.records import StoredScore, UnreadableTrace
+from triage.domain.relay import AGENT_RIGHT, ReviewNames
 from triage.domain.scores import is_end_user, normalise_author
 from triage.domain.verdicts import JobScoreNames, JobScores, current_scores
 from triage.errors import InputError
@@ -55,32 +57,6 @@ MAX_ANSWER_CHARS = 4_000
 TRIAGE_LOOKBACK = timedelta(days=30)
 
 @dataclass(frozen=True)
-class ReviewNames:
-    """The reviewers' score names (written by `triage relay`)."""
-
-    verdict: str = "verdict"
-    correction: str = "corrected_answer"  # CORRECTION
-    expected_tool_behavior: str = "expected_tool_behavior"
-    note: str = "note"
-
-    @classmethod
-    def of(cls, calibration: CalibrationConfig) -> ReviewNames:
-        """The configured names: `verdict_score`, and the others where the configuration names them."""
-        defaults = cls()
-
-        def name(field: str, default: str) -> str:
-            value = getattr(calibration, field, None)
-            return value if isinstance(value, str) and value else default
-
-        return cls(
-            verdict=calibration.verdict_score,
-            correction=name("correction_score", defaults.correction),
-            expected_tool_behavior=name("expected_tool_behavior_score", defaults.expected_tool_behavior),
-            note=name("note_score", defaults.note),
-        )
-
-
-@dataclass(frozen=True)
 class PromoteOptions:
     dataset: str = DEFAULT_DATASET
     traces: tuple[str, ...] = ()
@@ -90,6 +66,7 @@ class PromoteOptions:
     corrections: bool = True
     since_hours: float = 24 * 30
     dry_run: bool = False
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 @dataclass
@@ -150,7 +127,7 @@ def _approving(reviews: Sequence[_Review]) -> _Review | None:
     verdicts = {r.verdict for r in reviews if r.verdict}
     if "negative" in verdicts:
         return None
-    return next((r for r in reviews if r.verdict in ("positive", "false_alarm")), None)
+    return next((r for r in reviews if r.verdict in AGENT_RIGHT), None)
 
 
 def _signature(score: StoredScore | None) -> str | None:
@@ -178,14 +155,12 @@ def promote_from(
     *,
     target: str,
     names: ReviewNames | None = None,
-    now: datetime | None = None,
     link: Callable[[str], str | None] | None = None,
 ) -> PromoteResult:
     """Read the scores and traces, build the cases, write the new and changed ones."""
     names = names or ReviewNames.of(config.calibration)
     link = link or traces.trace_url
-    end = now or datetime.now(UTC)
-    start = end - timedelta(hours=options.since_hours)
+    start, end = window(options.now, options.since_hours)
     reviewed = [names.verdict, names.correction, names.expected_tool_behavior, names.note]
     # a triage score is stamped with its trace's start, which may be well before the review
     judged_names = [config.scores.layer, config.scores.component, config.scores.signature]

@@ -8,10 +8,11 @@ is placed by reading that trace's observations (its root's session).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from triage.domain.conversations import FILTERS, ConversationList, TraceRef, group_conversations
+from triage.domain.kernel import window
 from triage.domain.ports import TraceSource, VoteSource
 from triage.errors import UsageError
 
@@ -22,6 +23,7 @@ log = logging.getLogger("triage")
 class VotesOptions:
     since_hours: float = 24 * 7
     filter: str = "any"
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 def list_conversations(
@@ -29,13 +31,10 @@ def list_conversations(
     traces: TraceSource,
     vote_score: str,
     options: VotesOptions,
-    *,
-    now: datetime | None = None,
 ) -> ConversationList:
     if options.filter not in FILTERS:
         raise UsageError(f"unknown filter {options.filter!r}: one of {', '.join(FILTERS)}")
-    end = now or datetime.now(UTC)
-    start = end - timedelta(hours=options.since_hours)
+    start, end = window(options.now, options.since_hours)
     read = votes_source.votes(vote_score, start, end)
     votes = read.votes
     for bad in read.bad:

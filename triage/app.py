@@ -1,0 +1,372 @@
+"""The application: `Triage`, built once from the settings and the configuration, with one method per
+command, each returning what the command produced. The command line parses, calls one method,
+renders the result (`triage.sinks`) and exits with its code.
+
+It assembles the parts from the settings: Langfuse when its keys are set, else the embedded store;
+the MCP server when one is configured, else the embedded index; the LLM judge when a model is
+configured, else the heuristic one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from triage.calibration.calibrate import CalibrateOptions, calibrate_from
+from triage.calibration.queue import QueueOptions, QueueResult, run_queue
+from triage.domain.calibration import CalibrationReport
+from triage.domain.config import IndexFolder, TriageConfig
+from triage.domain.conversations import ConversationList
+from triage.domain.datasets import DatasetSink, PromoteResult
+from triage.domain.outcome import RunResult
+from triage.domain.ports import Backend, Judge, Searcher
+from triage.engine.options import RunOptions
+from triage.engine.run import Sources, run_feedback
+from triage.errors import ConfigError, TriageError
+from triage.judges.heuristic import HeuristicJudge
+from triage.redact import logging_to_file
+from triage.retry import Budget
+from triage.search.index import Index
+from triage.search.local import LocalSearcher
+from triage.settings import Settings, load_config
+from triage.sources.export_file import vote_shift
+from triage.sources.store import Store
+from triage.worklist.promote import PromoteOptions, promote_from
+from triage.worklist.votes import VotesOptions, list_conversations
+
+if TYPE_CHECKING:
+    from triage.calibration.evaluate import EvalJob, EvalOptions, EvalSet
+    from triage.domain.calibration import EvalReport
+
+log = logging.getLogger("triage")
+
+DEMO_DIR = Path(__file__).parent / "demo"
+
+
+def demo_index_folders() -> list[IndexFolder]:
+    root = DEMO_DIR / "index"
+    return [IndexFolder(collection=p.name, path=p) for p in sorted(root.iterdir()) if p.is_dir()]
+
+
+def default_store_path() -> Path:
+    return Path.home() / ".local" / "share" / "triage" / "store.sqlite"
+
+
+def demo_shift(traces_file: Path, now: datetime) -> timedelta:
+    """How far to move the demo data so its newest vote lands an hour before `now`."""
+    return vote_shift(traces_file, now)
+
+
+def run_demo(config: TriageConfig, options: RunOptions, store_path: Path) -> RunResult:
+    """The demo job (`Triage.demo`), which needs no settings: a fresh embedded store at `store_path`
+    loaded with the demo data, the demo index and the heuristic judge."""
+    traces_file = DEMO_DIR / "traces.jsonl"
+    with Store(store_path) as store:
+        store.import_file(traces_file, shift=demo_shift(traces_file, options.now))
+        searcher = LocalSearcher(Index.from_folders(demo_index_folders()))
+        return asyncio.run(
+            run_feedback(
+                sources=Sources.of(store), judge=HeuristicJudge(), config=config, options=options, searcher=searcher
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What `triage import` loaded, and into which store."""
+
+    path: Path
+    traces: int
+    observations: int
+    scores: int
+
+
+class Triage:
+    """The application: the settings and the configuration, and a method per command."""
+
+    def __init__(self, settings: Settings, config: TriageConfig) -> None:
+        self.settings = settings
+        self.config = config
+
+    # -- the nightly job ---------------------------------------------------------------------
+
+    def feedback(self, options: RunOptions, judge: str | None = None) -> RunResult:
+        """`triage feedback`: every thumbs-down in the window, through `judge` (a `--judge` spec)."""
+        settings, config = self.settings, self.config
+        # one budget for the run's waiting on outside systems; SIGTERM spends it at once
+        budget = Budget(settings.triage_retry_budget_seconds)
+        chosen = make_judge(judge, settings, config, budget)
+        with open_backend(settings, budget) as backend:
+            searcher = make_searcher(settings, config, budget) if chosen.needs_research else None
+
+            async def run() -> RunResult:
+                try:
+                    return await run_feedback(
+                        sources=Sources.of(backend),
+                        judge=chosen,
+                        config=config,
+                        options=options,
+                        searcher=searcher,
+                        budget=budget,
+                    )
+                finally:
+                    await chosen.aclose()
+
+            return asyncio.run(run())
+
+    def demo(self, options: RunOptions, store: Path | None = None) -> RunResult:
+        """`triage demo`: the job on a fresh embedded store (at `store`, else a temporary file)
+        loaded with the demo data, the demo index and the heuristic judge."""
+        if store is not None:
+            return run_demo(self.config, options, store)
+        with tempfile.TemporaryDirectory() as tmp:
+            return run_demo(self.config, options, Path(tmp) / "demo.sqlite")
+
+    def import_(self, file: Path, store: Path | None = None) -> Imported:
+        """`triage import`: an export file into the embedded store (`store`, else TRIAGE_STORE's)."""
+        path = store or self.settings.triage_store or default_store_path()
+        with Store(path) as db:
+            counts = db.import_file(file)
+        return Imported(path, counts.traces, counts.observations, counts.scores)
+
+    def serve_index(
+        self, folders: Sequence[IndexFolder] = (), *, host: str, port: int, stdio: bool = False
+    ) -> None:
+        """`triage index serve`: the embedded index over `folders` (else the configuration's, else the
+        demo's) as an MCP server, until interrupted."""
+        from triage.search.mcp_server import serve
+
+        built = Index.from_folders(list(folders) or self.config.index or demo_index_folders())
+        where = "stdio" if stdio else f"http://{host}:{port}/mcp"
+        log.info("serving %d chunks in %s on %s", built.size, ", ".join(built.collections), where)
+        serve(built, self.config.tools, host=host, port=port, stdio=stdio)
+
+    # -- review: calibration, evaluation, the annotation queue -------------------------------
+
+    def calibrate(self, options: CalibrateOptions) -> CalibrationReport:
+        """`triage calibrate`: the store is opened only when it is read."""
+        if not options.needs_store:
+            return calibrate_from(None, self.config, options)
+        with open_backend(self.settings, self._budget(), reads_only=True) as backend:
+            return calibrate_from(backend, self.config, options, link=backend.trace_url)
+
+    def eval(self, eval_set: EvalSet, options: EvalOptions) -> EvalReport:
+        """`triage eval`: each judge through this application's `feedback`, in this process, on a
+        fresh store of the set, away from every production setting (`Settings.for_evaluation`)."""
+        from triage.calibration.evaluate import evaluate
+
+        return evaluate(eval_set, self.config, options, self._eval_job)
+
+    def _eval_job(self, job: EvalJob) -> RunResult:
+        """One judge's run for `eval`: `triage feedback --write --force` on the job's store, its log
+        lines into the job's log file."""
+        with logging_to_file(job.log_file):
+            try:
+                app = Triage(self.settings.for_evaluation(job.store), load_config(job.config))
+                options = RunOptions(
+                    since_hours=job.since_hours,
+                    now=job.now,
+                    write=True,
+                    force=True,
+                    concurrency=job.concurrency,
+                    facts_file=job.facts_file,
+                )
+                return app.feedback(options, job.judge)
+            except TriageError as ex:
+                log.error("%s", ex, extra={"event": "error", "exit_code": int(ex.exit_code)})
+                raise
+            except Exception as ex:  # a crash fails this judge's run, as it failed its process
+                log.exception("unexpected failure", extra={"event": "crash"})
+                raise TriageError(f"unexpected failure: {type(ex).__name__}: {ex}") from ex
+
+    def queue(self, options: QueueOptions) -> QueueResult:
+        """`triage queue`. Langfuse only: the embedded store has no annotation queues, so without
+        Langfuse keys this is a configuration error (exit 3)."""
+        if not self.settings.uses_langfuse:
+            raise ConfigError(
+                "triage queue fills a Langfuse annotation queue: set LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY "
+                "(the embedded store has no annotation queues)"
+            )
+        from triage.sources.langfuse.backend import LangfuseBackend
+
+        with open_backend(self.settings, self._budget()) as backend:
+            if not isinstance(backend, LangfuseBackend):  # cannot happen: uses_langfuse opens Langfuse
+                raise ConfigError("triage queue needs Langfuse")
+            annotations = backend.annotations()
+            result = run_queue(port=annotations, scores=backend, config=self.config, options=options)
+            result.requests = backend.stats.requests
+            return result
+
+    # -- the worklist: regression cases, the review view -------------------------------------
+
+    def promote(self, options: PromoteOptions, jsonl: Path | None = None) -> PromoteResult:
+        """`triage promote`: cases read from the backend, written to its datasets (Langfuse, or the
+        embedded store's dataset_items) or to a JSONL file."""
+        with open_backend(self.settings, self._budget()) as backend:
+            sink: DatasetSink
+            if jsonl is not None:
+                from triage.sinks.exports import DatasetFile
+
+                sink, target = DatasetFile(jsonl), f"JSONL file {jsonl}"
+            elif isinstance(backend, DatasetSink):
+                sink = backend
+                uses_langfuse = self.settings.uses_langfuse
+                target = f"Langfuse {self.settings.langfuse_base_url}" if uses_langfuse else "the embedded store"
+            else:
+                raise ConfigError("this backend cannot hold datasets: use --jsonl FILE")
+            return promote_from(backend, backend, sink, self.config, options, target=target)
+
+    def votes(self, options: VotesOptions) -> ConversationList:
+        """`triage votes`: the window's conversations and their votes."""
+        with open_backend(self.settings, self._budget(), reads_only=True) as backend:
+            return list_conversations(backend, backend, self.config.scores.vote, options)
+
+    # -- the feedback service ----------------------------------------------------------------
+
+    def relay(self, *, host: str, port: int, outbox: Path | None = None) -> None:
+        """`triage relay`: the sink (Langfuse when its keys are set, else the embedded store), the
+        ledger (a SQLite file beside the store, or PostgreSQL shared by replicas), the checks that
+        refuse to start (exit 3), then serve until SIGTERM."""
+        from triage.relay.access import SessionKeys
+        from triage.relay.api import Credentials
+        from triage.relay.outbox import LangfuseSink, Sink, StoreSink
+        from triage.relay.server import check_startup, relay_running, serve
+
+        settings, config = self.settings, self.config
+        sessions = None
+        if settings.triage_relay_session_keys:
+            sessions = SessionKeys(
+                settings.triage_relay_session_keys,
+                issuer=settings.triage_relay_session_issuer,
+                audience=settings.triage_relay_session_audience,
+                leeway=settings.triage_relay_session_leeway_seconds,
+            )
+        credentials = Credentials(
+            gateway_token=settings.triage_relay_token.get_secret_value() if settings.triage_relay_token else None,
+            signing_key=settings.triage_relay_signing_key.get_secret_value()
+            if settings.triage_relay_signing_key
+            else None,
+            sessions=sessions,
+        )
+        check_startup(config, credentials, host)
+        store_path = settings.triage_store or default_store_path()
+        ledger: Path | str = outbox or settings.triage_relay_outbox or store_path.parent / "relay.sqlite"
+        if settings.triage_relay_database_url is not None:
+            # PostgreSQL: the ledger any number of replicas share. Their sink must be one they can share
+            # too: the embedded store is a file on one machine, so only Langfuse
+            if not settings.uses_langfuse:
+                raise ConfigError(
+                    "TRIAGE_RELAY_DATABASE_URL (a ledger shared by replicas) needs Langfuse as the sink "
+                    "(LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY): the embedded store is one file on one "
+                    "machine, so replicas cannot share it. For one relay on the embedded store, unset "
+                    "TRIAGE_RELAY_DATABASE_URL (its ledger is then the SQLite file TRIAGE_RELAY_OUTBOX)"
+                )
+            if outbox is not None or settings.triage_relay_outbox is not None:
+                raise ConfigError(
+                    "both TRIAGE_RELAY_DATABASE_URL and a SQLite ledger (--outbox or TRIAGE_RELAY_OUTBOX) are "
+                    "set: the relay keeps one ledger, give one of them"
+                )
+            ledger = settings.triage_relay_database_url.get_secret_value()
+        sink: Sink
+        if settings.uses_langfuse:
+            public_key, secret_key = _langfuse_keys(settings)
+            from triage.domain.ports import SourceStats
+            from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
+
+            http = LangfuseHttp(
+                public_key=public_key,
+                secret_key=secret_key,
+                base_url=settings.langfuse_base_url,
+                timeout=settings.langfuse_timeout,
+                retry=LANGFUSE_RETRY.with_(attempts=1),  # the outbox is the retry
+                stats=SourceStats(),
+            )
+            sink = LangfuseSink(http, model=config.relay)
+        else:
+            sink = StoreSink(Store(store_path, create_folder=settings.triage_store is None))
+        try:
+            grace = settings.triage_relay_shutdown_seconds
+            with relay_running(config, sink, ledger, credentials, drain_seconds=grace) as app:
+                serve(app, host, port, grace_seconds=grace)
+        finally:
+            sink.close()
+
+    def _budget(self) -> Budget:
+        return Budget(self.settings.triage_retry_budget_seconds)
+
+
+# -- the parts, chosen by the settings ---------------------------------------------------------
+
+
+def _langfuse_keys(settings: Settings) -> tuple[str, str]:
+    """Both Langfuse keys, or the configuration error that names the missing one (exit 3)."""
+    if not settings.langfuse_public_key or not settings.langfuse_secret_key:
+        missing = "LANGFUSE_SECRET_KEY" if settings.langfuse_public_key else "LANGFUSE_PUBLIC_KEY"
+        raise ConfigError(f"Langfuse needs both keys: set {missing} (or unset the other to use the embedded store)")
+    return settings.langfuse_public_key, settings.langfuse_secret_key.get_secret_value()
+
+
+@contextmanager
+def open_backend(settings: Settings, budget: Budget | None = None, *, reads_only: bool = False) -> Iterator[Backend]:
+    """Langfuse, or the embedded store. `reads_only`: a command that writes nothing never creates a
+    store, so a mistyped TRIAGE_STORE is a configuration error naming it, not an empty store."""
+    if settings.uses_langfuse:
+        public_key, secret_key = _langfuse_keys(settings)
+        from triage.sources.langfuse.backend import LangfuseBackend
+
+        with LangfuseBackend(
+            public_key=public_key,
+            secret_key=secret_key,
+            base_url=settings.langfuse_base_url,
+            timeout=settings.langfuse_timeout,
+            deadline_seconds=settings.triage_langfuse_deadline_seconds,
+            confirm_wait_seconds=settings.triage_confirm_wait_seconds,
+            budget=budget,
+            vote_lookback=timedelta(days=settings.triage_vote_lookback_days),
+        ) as backend:
+            yield backend
+        return
+    # the default location may be new on this machine; a folder named in TRIAGE_STORE must exist
+    path = settings.triage_store or default_store_path()
+    with Store(path, create_folder=settings.triage_store is None, create=not reads_only) as store:
+        yield store
+
+
+def make_searcher(
+    settings: Settings, config: TriageConfig, budget: Budget | None = None
+) -> AbstractAsyncContextManager[Searcher]:
+    if settings.triage_mcp_url or settings.triage_mcp_command:
+        from triage.search.mcp_client import MCP_RETRY, McpSearcher
+
+        return McpSearcher(
+            url=settings.triage_mcp_url,
+            command=shlex.split(settings.triage_mcp_command) if settings.triage_mcp_command else None,
+            token=settings.triage_mcp_token.get_secret_value() if settings.triage_mcp_token else None,
+            tools=config.tools,
+            retry=MCP_RETRY.with_(budget=budget),
+        )
+    return LocalSearcher(Index.from_folders(config.index or demo_index_folders()))
+
+
+def make_judge(spec: str | None, settings: Settings, config: TriageConfig, budget: Budget | None = None) -> Judge:
+    """The judge `spec` names in the registry (`triage.judges.JUDGES`: `heuristic`, `llm`, `cascade`,
+    `replay:FILE`); by default `llm` when a model is configured."""
+    from triage import judges
+
+    api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    setup = judges.JudgeSetup(
+        config=config,
+        model=settings.triage_judge_model,
+        base_url=settings.openai_base_url,
+        api_key=api_key,
+        budget=budget,
+    )
+    return judges.build(spec, setup)

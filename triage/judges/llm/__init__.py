@@ -1,1 +1,0 @@
-"""The LLM judge (`LLMJudge`): see `triage.judges.llm.judge`."""
