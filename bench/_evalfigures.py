@@ -1,4 +1,5 @@
-"""Figures for bench/evalset.py --figures: re-search recall and the cascade's shortcut precision.
+"""Figures for bench/evalset.py --figures: re-search recall, the cascade's shortcut precision, and the
+offline judge's `high` facts per split (every one must be right: the cascade settles them unasked).
 
 Computed in-process over the same index and traces the CLI runs use (the traces read back from a
 store the way the job reads them, the re-search made by the job's own `Researcher`).
@@ -16,7 +17,7 @@ from triage.domain.records import Facts, Passage, Trace
 from triage.judges import prompts
 from triage.judges.cascade import CascadeJudge
 from triage.judges.heuristic import HeuristicJudge
-from triage.judges.llm_messages import passage_set
+from triage.judges.llm_replies import passage_set
 from triage.reading.trace import read_trace
 from triage.search.index import Index
 from triage.search.local import LocalSearcher, Researcher
@@ -24,6 +25,7 @@ from triage.settings import load_config
 from triage.sources.store import Store
 
 CONTAINMENT_FACTS = ("retrieved_has_answer", "index_has_answer", "answer_collection")
+JUDGED_FACTS = ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined")
 
 
 def _norm(text: str) -> str:
@@ -111,6 +113,9 @@ async def figures(
     fired: Counter[str] = Counter()
     right: Counter[str] = Counter()
     wrong: dict[str, list[str]] = {}
+    high: Counter[tuple[str, str]] = Counter()  # (split, fact) -> high facts
+    high_right: Counter[tuple[str, str]] = Counter()
+    high_wrong: list[str] = []
     for case in cases:
         trace = traces[case["id"]]
         truth = case["facts"]
@@ -118,6 +123,17 @@ async def figures(
             agent_searched=trace.searched, agent_searched_collections=sorted(trace.searched_collections)
         )
         cheap = await cheap_judge.judge(JudgeRequest(trace, research.get(case["id"]), case["comment"] or None, base))
+        if trace.searched:
+            for name in JUDGED_FACTS:
+                held = cheap.evidence.get(name)
+                value = getattr(cheap, name)
+                if value is None or held is None or held.confidence != "high":
+                    continue
+                for split in (case["split"], "all"):
+                    high[(split, name)] += 1
+                    high_right[(split, name)] += value == truth[name]
+                if value != truth[name]:
+                    high_wrong.append(f"{case['id']} ({case['split']}) {name}")
         # a perfect model's call A returns the labelled containment facts
         model = base.model_copy(update={k: truth[k] for k in CONTAINMENT_FACTS})
         for name, decided in CascadeJudge.settled(trace, cheap, model):
@@ -132,3 +148,8 @@ async def figures(
         figure = f"{right[name]}/{n} = {right[name] / n:.2f}" if n else "never fires"
         off = f"; wrong on {', '.join(wrong[name])}" if name in wrong else ""
         print(f"  {name}: {figure}{off}")
+    print("\nthe offline judge's `high` facts (searched cases), right of all, per split:")
+    for split in ("all", "dev", "test"):
+        cells = [f"{name} {high_right[(split, name)]}/{high[(split, name)]}" for name in JUDGED_FACTS]
+        print(f"  {split}: " + ", ".join(cells))
+    print(f"  wrong: {', '.join(high_wrong) if high_wrong else 'none'}")

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from triage.domain.config import IndexFolder
-from triage.search.index import Chunk, Index, chunks_of_folder
-from triage.search.mcp_server import NO_RESULTS, format_results
+from triage.search.index import NO_RESULTS, Chunk, Index, chunks_of_folder, format_results
 
 FOLDERS = {"docs": "kubeflow-docs", "code": "katib-examples"}
 TOOLS = {"docs": "search_kubeflow_docs", "code": "search_kubeflow_code", "issues": "search_github_issues"}

@@ -7,16 +7,21 @@
 Writes the set out (`evals/kubeflow/verify.py --write-set`: traces, labels, a config indexing the
 corpus and the set's issue threads), starts the *perfect model* (tests/doubles/perfect_model.py)
 when a `*-perfect` judge is asked for, and runs `triage eval` on it: each judge through a real
-`triage feedback` subprocess, its decisions read back from a fresh embedded store and calibrated
-against the labels (layer accuracy, kappa, per fact, component, owner, calls per trace, misses).
+`triage feedback` run (in `triage eval`'s own process), its decisions read back from a fresh
+embedded store and calibrated against the labels (layer accuracy, kappa, per fact, component,
+owner, calls per trace, misses).
 
 The perfect model is an OpenAI-compatible server on 127.0.0.1, reached through the real `openai`
 client, that answers every judge prompt from the set's labels, using only what the prompt shows:
 what a cap or a missed re-search keeps from the prompt costs it the case too, so `llm-perfect`
 and `cascade-perfect` measure the job, not a model.
 
+Every run's row carries its sure part beside the layer accuracy: the verdicts whose every judged
+fact on the rule's path is `high`, their accuracy and the share of the cases they cover.
+
 `--figures` also prints, computed in-process over the same index and traces: the re-search's
-recall on the index-has-answer cases and the precision of each of the cascade's shortcuts.
+recall on the index-has-answer cases, the precision of each of the cascade's shortcuts, and the
+offline judge's `high` facts per split (right of all; every one should be).
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: the shared corpus is not here ({corpus_root})")
         return 0
     from tests.doubles.perfect_model import PerfectModel
-    from triage.domain.calibration import EvalReport
+    from triage.domain.review import EvalReport
     from triage.sinks.report import render_eval
     from triage.sources.export_file import vote_shift
 

@@ -6,7 +6,8 @@ how often each confidence level is right.
 
 Runs `triage eval SET --judge J --format json --keep DIR` (the real `triage feedback` underneath),
 then reads the kept facts file against the set's labels: layer accuracy per split and on the cases
-tagged `adversarial:*`, and, per fact and confidence (`high` / `medium` / `low`), how many of the
+tagged `adversarial:*`, the sure part (verdicts whose every judged fact on the rule's path is `high`:
+how many, how many right), and, per fact and confidence (`high` / `medium` / `low`), how many of the
 judge's facts agree with the label (on searched cases; `agent_searched` is proven by the trace).
 """
 
@@ -37,7 +38,7 @@ def measure(set_dir: Path, judge: str, keep: Path) -> dict[str, Any]:
     report = json.loads(done.stdout)
     slug = judge.split(":")[0]
     from triage.domain.records import Facts
-    from triage.domain.rule import Undetermined, decide
+    from triage.domain.rule import walk
 
     labels = {row["trace_id"]: row for row in _read_jsonl(set_dir / "labels.jsonl")}
     found = {row.pop("trace_id"): row for row in _read_jsonl(keep / f"{slug}.facts.jsonl")}
@@ -49,13 +50,13 @@ def measure(set_dir: Path, judge: str, keep: Path) -> dict[str, Any]:
         if any(tag.startswith("adversarial:") for tag in label.get("tags", [])):
             groups += ["adversarial", f"adversarial {label.get('split') or 'all'}"]
         layer = None
+        sure = False
         if record is not None:
             record = {k: v for k, v in record.items() if k not in ("judge", "prompt_version")}
             facts = Facts.model_validate(record)
-            try:
-                layer = decide(facts).value
-            except Undetermined:
-                layer = None
+            path = walk(facts)
+            layer = path.layer.value if path.layer is not None else None
+            sure = path.sure
             if label["facts"].get("agent_searched"):
                 for name in FACTS:
                     value = getattr(facts, name)
@@ -67,6 +68,8 @@ def measure(set_dir: Path, judge: str, keep: Path) -> dict[str, Any]:
         for group in groups:
             layers[(group, "n")] += 1
             layers[(group, "right")] += layer == label["layer"]
+            layers[(group, "sure")] += sure
+            layers[(group, "sure right")] += sure and layer == label["layer"]
     splits = sorted({group for group, _ in layers})
     by_level: dict[str, dict[str, list[int]]] = {}
     for name in FACTS:
@@ -78,14 +81,20 @@ def measure(set_dir: Path, judge: str, keep: Path) -> dict[str, Any]:
         "eval": report,
         "layer_accuracy": {g: layers[(g, "right")] / layers[(g, "n")] for g in splits},
         "cases": {g: layers[(g, "n")] for g in splits},
+        "sure": {g: [layers[(g, "sure right")], layers[(g, "sure")]] for g in splits},
         "confidence": by_level,
     }
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = ["| split | cases | layer accuracy |", "|---|---:|---:|"]
+    lines = [
+        "| split | cases | layer accuracy | sure part: right / sure | sure part: coverage |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for group, accuracy in result["layer_accuracy"].items():
-        lines.append(f"| {group} | {result['cases'][group]} | {accuracy:.2f} |")
+        right, sure = result["sure"][group]
+        cases = result["cases"][group]
+        lines.append(f"| {group} | {cases} | {accuracy:.2f} | {right}/{sure} | {sure / cases:.2f} |")
     lines += ["", "| fact | " + " | ".join(LEVELS[:3]) + " |", "|---|---:|---:|---:|"]
     for name, levels in result["confidence"].items():
         cells = []

@@ -1,17 +1,20 @@
 """Benchmark the nightly run against its ideal and against Langfuse's `run_batched_evaluation`.
 
-    python bench/nightly.py [--sizes 200,1000,5000] [--judge-latency 0.4] [--langfuse-latency 0.03]
-                            [--rpm N] [--concurrency 16] [--batched default,equal|none]
-                            [--markdown FILE] [--json FILE]
+    python bench/nightly.py [--sizes 200,1000,5000] [--judge llm,cascade] [--batch] [--batch-seconds 30]
+                            [--judge-latency 0.4] [--langfuse-latency 0.03] [--rpm N] [--concurrency 16]
+                            [--batched default,equal|none] [--markdown FILE] [--json FILE]
 
 On 127.0.0.1 it starts the Langfuse stand-in (tests/doubles/langfuse_server.py, per-request latency and an
 optional requests-per-minute limit), `triage index serve` over ../shared/corpus (docs + code) as
 the MCP search server, and the OpenAI-compatible judge stand-in (tests/doubles/openai_server.py, a fixed
 latency per call, valid replies: bench/_judge.py). Per N it loads N thumbs-down traces
-(bench/_traces.py), runs `triage feedback --write --judge llm` as a subprocess, then again (the
-rerun), then the same job written with `Langfuse.run_batched_evaluation` (bench/_batched.py) at
-its defaults and at equal concurrency. It prints a results table and whether each target holds.
-See bench/README.md ("Nightly run").
+(bench/_traces.py), runs `triage feedback --write --judge JUDGE` as a subprocess for each `--judge`,
+then again (the rerun), then the same job written with `Langfuse.run_batched_evaluation`
+(bench/_batched.py) at its defaults and at equal concurrency. With `--batch` each judge also runs as
+`triage feedback --batch` against the Batch API stand-in (tests/doubles/batch_server.py: a batch is
+done `--batch-seconds` after it is made), for its wall time and its cost at batch prices. Both judge
+stand-ins cache prompts as OpenAI does (the cached-token share). It prints the results, the costs
+and whether each target holds. See bench/README.md ("Nightly run").
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _judge import BenchModel, Stats  # noqa: E402
 from _traces import TraceFactory, corpus_missing  # noqa: E402
 
+from tests.doubles.batch_server import BatchServer  # noqa: E402
 from tests.doubles.langfuse_server import LangfuseStandIn  # noqa: E402
 from tests.doubles.openai_server import OpenAIServer  # noqa: E402
 from triage.settings import load_config  # noqa: E402
@@ -99,6 +103,9 @@ class TriageRun:
     mcp_cpu: float  # CPU the MCP search server spent during the run
     summary: list[str] = field(default_factory=list)
     maxrss_mb: float = 0.0  # ru_maxrss (see Proc): not triage's own peak
+    #: the run's --summary-file: judge calls and tokens as triage counted them, cached input
+    #: tokens, calls answered in batches, the cost direct and as billed
+    figures: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -129,6 +136,9 @@ class SizeResult:
     first: TriageRun
     rerun: TriageRun
     batched: list[BatchedRun]
+    judge: str = "llm"
+    #: the same night with `triage feedback --batch` (`--batch`), against the Batch API stand-in
+    batch_mode: TriageRun | None = None
 
 
 def free_port() -> int:
@@ -302,12 +312,15 @@ def run_triage(
     concurrency: int,
     timeout: float,
     log_name: str,
+    judge: str = "llm",
+    batch: bool = False,
 ) -> TriageRun:
     config = load_config(None)
     langfuse.reset_log()
     before = model.stats.snapshot()
     cpu_before = time.process_time()
     mcp_before = mcp.cpu()
+    figures_file = Path(tempfile.mkdtemp()) / "summary.json"
     cmd = [
         *TRIAGE,
         "feedback",
@@ -315,11 +328,14 @@ def run_triage(
         "24",
         "--write",
         "--judge",
-        "llm",
+        judge,
         "--concurrency",
         str(concurrency),
         "--log-format",
         "json",
+        "--summary-file",
+        str(figures_file),
+        *(["--batch"] if batch else []),
     ]
     if PROFILE is not None:
         PROFILE.mkdir(parents=True, exist_ok=True)
@@ -332,6 +348,7 @@ def run_triage(
     used: Stats = model.stats.minus(before)
     count, by_path, throttled = _requests(langfuse)
     lines, core = _summary(proc.stderr)
+    figures = json.loads(figures_file.read_text()) if figures_file.exists() else {}
     if proc.code not in (0,):
         tail = "\n".join(proc.stderr.splitlines()[-15:])
         print(f"  triage exited {proc.code}; last log lines:\n{tail}", file=sys.stderr)
@@ -351,6 +368,7 @@ def run_triage(
         mcp_cpu=mcp_cpu,
         summary=lines,
         maxrss_mb=proc.maxrss_mb,
+        figures=figures,
     )
 
 
@@ -430,30 +448,37 @@ def bench_size(
     mcp: McpServer,
     args: argparse.Namespace,
     store: Path,
+    judge_name: str = "llm",
+    batch_server: BatchServer | None = None,
 ) -> SizeResult:
     now = datetime.now(UTC)
-    records = list(factory.records(n, now))
     judge_concurrency = load_config(None).judge.concurrency
-    langfuse = LangfuseStandIn(
-        records=records,
-        latency=args.langfuse_latency,
-        rate_limit_per_minute=args.rpm,
-        record_bodies=False,
-    )
-    del records
     timeout = max(600.0, n * 2.0)
-    with langfuse:
+
+    def standin() -> LangfuseStandIn:
+        return LangfuseStandIn(
+            records=list(factory.records(n, now)),
+            latency=args.langfuse_latency,
+            rate_limit_per_minute=args.rpm,
+            record_bodies=False,
+        )
+
+    name = f"{judge_name}-{n}"
+    with standin() as langfuse:
         env = _env(langfuse, judge, mcp.url, store)
-        print(f"N={n}: triage feedback ...", file=sys.stderr)
-        first = run_triage(langfuse, mcp, model, env, args.concurrency, timeout, f"triage-{n}")
+        print(f"N={n}: triage feedback --judge {judge_name} ...", file=sys.stderr)
+        first = run_triage(
+            langfuse, mcp, model, env, args.concurrency, timeout, f"triage-{name}", judge=judge_name
+        )
         print(f"  {first.wall:.1f} s, {first.judge_calls} judge calls, exit {first.code}", file=sys.stderr)
         judge.requests.clear()  # the server's own request record: not needed, and it grows
         print(f"N={n}: rerun ...", file=sys.stderr)
-        rerun = run_triage(langfuse, mcp, model, env, args.concurrency, timeout, f"rerun-{n}")
+        rerun = run_triage(langfuse, mcp, model, env, args.concurrency, timeout, f"rerun-{name}", judge=judge_name)
         print(f"  {rerun.wall:.1f} s, {rerun.judge_calls} judge calls, exit {rerun.code}", file=sys.stderr)
         batched = []
         settings = {"default": (5, 50), "equal": (args.concurrency, 50)}
-        for setting in args.batched:
+        # the same job in Langfuse's SDK makes one call a trace whatever the judge: run it once a size
+        for setting in args.batched if judge_name == args.judges[0] else []:
             concurrency, page = settings[setting]
             print(
                 f"N={n}: run_batched_evaluation ({setting}: concurrency {concurrency}) ...", file=sys.stderr
@@ -464,6 +489,21 @@ def bench_size(
             judge.requests.clear()
             print(f"  {run.wall:.1f} s, {run.judge_calls} judge calls, exit {run.code}", file=sys.stderr)
             batched.append(run)
+    batch_mode = None
+    if batch_server is not None:
+        with standin() as langfuse:  # a fresh night: nothing triaged yet
+            env = {**_env(langfuse, judge, mcp.url, store.with_name("batch-" + store.name))}
+            env["OPENAI_BASE_URL"] = batch_server.url + "/v1"
+            print(f"N={n}: triage feedback --judge {judge_name} --batch ...", file=sys.stderr)
+            batch_mode = run_triage(
+                langfuse, mcp, model, env, args.concurrency, timeout, f"batch-{name}", judge=judge_name, batch=True
+            )
+            batch_server.files.clear()  # the stand-in's copies of the night's requests: not needed
+            batch_server.batches.clear()
+            print(
+                f"  {batch_mode.wall:.1f} s, {batch_mode.judge_calls} judge calls, exit {batch_mode.code}",
+                file=sys.stderr,
+            )
     ideal, judge_floor, rate_floor = floors(
         first.judge_calls,
         args.judge_latency,
@@ -471,7 +511,7 @@ def bench_size(
         first.langfuse_requests - first.throttled,
         args.rpm,
     )
-    return SizeResult(n, ideal, judge_floor, rate_floor, first, rerun, batched)
+    return SizeResult(n, ideal, judge_floor, rate_floor, first, rerun, batched, judge_name, batch_mode)
 
 
 # --------------------------------------------------------------------------------------- report
@@ -483,18 +523,20 @@ def _f(value: float, digits: int = 1) -> str:
 
 def tables(results: list[SizeResult], args: argparse.Namespace) -> str:
     out = [
-        "| N | wall s | ideal s | wall / ideal | Langfuse req / trace | judge calls / trace | tokens / trace "
+        "| N | judge | wall s | ideal s | wall / ideal | Langfuse req / trace | judge calls / trace | tokens / trace "
         "| peak RSS MB | rerun s | rerun judge calls | triaged | exit |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         t = max(r.first.triaged, 1)
         out.append(
-            f"| {r.n} | {_f(r.first.wall)} | {_f(r.ideal)} | {_f(r.first.wall / r.ideal, 2) if r.ideal else '-'} "
+            f"| {r.n} | {r.judge} | {_f(r.first.wall)} | {_f(r.ideal)} "
+            f"| {_f(r.first.wall / r.ideal, 2) if r.ideal else '-'} "
             f"| {_f(r.first.langfuse_requests / t, 3)} | {_f(r.first.judge_calls / t, 2)} "
             f"| {r.first.judge_tokens / t:.0f} | {_f(r.first.rss_mb, 0)} | {_f(r.rerun.wall)} "
             f"| {r.rerun.judge_calls} | {r.first.triaged}/{r.n} | {r.first.code}/{r.rerun.code} |"
         )
+    out += ["", *cost_table(results)]
     if any(r.batched for r in results):
         out += [
             "",
@@ -515,8 +557,58 @@ def tables(results: list[SizeResult], args: argparse.Namespace) -> str:
     return "\n".join(out)
 
 
+def cost_table(results: list[SizeResult]) -> list[str]:
+    """Each run's model calls as triage counted them and what they cost: at the direct price, and as
+    billed (batch-answered calls at the batch price, cached input tokens at the cached price), at the
+    configured prices ([judge], gpt-4o-mini's by default) and at $3 / $15 a M tokens (a large model,
+    cached input at 0.1x: ../shared/notes/cost.md), per 1,000 traces."""
+    out = [
+        "| N | judge | mode | wall s | calls / trace | input tokens / trace | cached share | in batches "
+        "| $ direct | $ billed | $ / 1000 traces at $3/$15, direct | billed | exit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for mode, run in (("direct", r.first), ("--batch", r.batch_mode)):
+            if run is None:
+                continue
+            f = run.figures
+            triaged = max(int(f.get("triaged", 0)), 1)
+            calls, tokens_in = int(f.get("judge_calls", 0)), int(f.get("input_tokens", 0))
+            cached, batched = int(f.get("cached_input_tokens", 0)), int(f.get("batch_calls", 0))
+            large = _large_model_cost(f)
+            out.append(
+                f"| {r.n} | {r.judge} | {mode} | {_f(run.wall)} | {_f(calls / triaged, 2)} "
+                f"| {tokens_in / triaged:.0f} | {cached / max(tokens_in, 1):.0%} | {batched / max(calls, 1):.0%} "
+                f"| {f.get('cost_usd', 0):.4f} | {f.get('cost_usd_billed', 0):.4f} "
+                f"| {large[0] * 1000 / triaged:.2f} | {large[1] * 1000 / triaged:.2f} | {run.code} |"
+            )
+    return out
+
+
+def _large_model_cost(figures: dict[str, Any]) -> tuple[float, float]:
+    """(direct, billed) in US dollars at $3 / $15 per M tokens, cached input at $0.30."""
+    from triage.domain.records import Usage
+
+    usage = Usage(**{name: int(figures.get(key, 0)) for name, key in _USAGE.items()})
+    return (usage.input_tokens * 3.0 + usage.output_tokens * 15.0) / 1e6, usage.cost(3.0, 15.0, 0.30)
+
+
+#: `Usage` fields as the summary file names them
+_USAGE = {
+    "calls": "judge_calls",
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cached_input_tokens": "cached_input_tokens",
+    "batch_calls": "batch_calls",
+    "batch_input_tokens": "batch_input_tokens",
+    "batch_cached_input_tokens": "batch_cached_input_tokens",
+    "batch_output_tokens": "batch_output_tokens",
+}
+
+
 def targets(results: list[SizeResult]) -> list[tuple[str, bool | None, str]]:
-    """(target, holds (None: not measured), figures)."""
+    """(target, holds (None: not measured), figures), on the first judge's runs."""
+    results = [r for r in results if r.judge == results[0].judge] if results else results
     by_n = {r.n: r for r in results}
     checks: list[tuple[str, bool | None, str]] = []
     r1000 = by_n.get(1000)
@@ -617,6 +709,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--langfuse-latency", type=float, default=0.03, help="seconds per Langfuse request")
     parser.add_argument("--rpm", type=int, default=None, help="Langfuse requests-per-minute limit (none)")
     parser.add_argument("--concurrency", type=int, default=16, help="triage --concurrency (16)")
+    parser.add_argument("--judge", default="llm", help="comma-separated judges: llm, cascade (default llm)")
+    parser.add_argument(
+        "--batch", action="store_true", help="also run each judge as `triage feedback --batch` (Batch API stand-in)"
+    )
+    parser.add_argument(
+        "--batch-seconds",
+        type=float,
+        default=30.0,
+        help="the Batch API stand-in finishes a batch this long after it is made (30)",
+    )
     parser.add_argument(
         "--batched", default="default,equal", help="run_batched_evaluation settings: default,equal or none"
     )
@@ -636,6 +738,9 @@ def main(argv: list[str] | None = None) -> int:
     if set(args.batched) - {"default", "equal"}:
         parser.error("--batched takes default, equal (comma-separated) or none")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    args.judges = [j.strip() for j in args.judge.split(",") if j.strip()]
+    if not args.judges or set(args.judges) - {"llm", "cascade"}:
+        parser.error("--judge takes llm, cascade (comma-separated)")
     global LOGS, PROFILE, TRIAGE
     LOGS, PROFILE = args.logs, args.profile
     if args.triage_cmd:
@@ -654,11 +759,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mcp.wait_ready()
         with (
-            OpenAIServer(latency=args.judge_latency, responder=model) as judge,
+            OpenAIServer(latency=args.judge_latency, responder=model, prompt_cache=True) as judge,
+            BatchServer(responder=model, seconds_to_complete=args.batch_seconds, prompt_cache=True) as batches,
             tempfile.TemporaryDirectory() as tmp,
         ):
             for n in sizes:
-                results.append(bench_size(n, factory, judge, model, mcp, args, Path(tmp) / "store.sqlite"))
+                for name in args.judges:
+                    results.append(
+                        bench_size(
+                            n,
+                            factory,
+                            judge,
+                            model,
+                            mcp,
+                            args,
+                            Path(tmp) / "store.sqlite",
+                            name,
+                            batches if args.batch else None,
+                        )
+                    )
     finally:
         mcp.stop()
 
@@ -667,6 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Langfuse stand-in {args.langfuse_latency * 1000:.0f} ms per request"
         + (f", {args.rpm} requests/minute" if args.rpm else "")
         + f"; triage --concurrency {args.concurrency}, judge concurrency {load_config(None).judge.concurrency}"
+        + (f"; Batch API stand-in: a batch done {args.batch_seconds:.0f} s after it is made" if args.batch else "")
     )
     text = tables(results, args)
     checks = targets(results)

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from triage.domain.signatures import similarity, topic_terms  # noqa: E402
+from triage.domain.worklist import similarity, topic_terms  # noqa: E402
 
 Measure = Callable[[frozenset[str], frozenset[str]], float]
 

@@ -6,7 +6,7 @@
 
 The traces are read back from a store and re-searched once, the way the job does it (the job's
 `read_trace` and `Researcher` over the set's index); then every combination of the grid below is
-applied to `triage.judges.containment` and the heuristic judge is run over every trace in
+applied to `triage.judges.heuristic` and the heuristic judge is run over every trace in
 process, the layer decided by the job's rule. Prints the best combinations by dev layer accuracy
 (ties: the one nearest the shipped values), with their test figure beside, and the shipped values'
 figures. The grid is small on purpose: 47 points of dev per layer are few, and a finer grid only
@@ -80,9 +80,9 @@ async def _accuracy(
 ) -> dict[str, float]:
     from triage.domain.ports import JudgeRequest
     from triage.domain.rule import Undetermined, decide
-    from triage.engine.verdicts import empty_answer_facts
-    from triage.judges import containment as cont
+    from triage.engine.stream import empty_answer_facts
     from triage.judges import heuristic
+    from triage.judges import heuristic as cont
 
     judge = heuristic.HeuristicJudge()
     right: dict[str, list[int]] = {}
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=10)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from triage.judges import containment as cont
+    from triage.judges import heuristic as cont
 
     labels, traces, research, issues = asyncio.run(_load(args.set))
     shipped = {name: getattr(cont, name) for name in GRID}

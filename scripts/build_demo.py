@@ -36,6 +36,8 @@ COLLECTIONS = ("docs", "issues", "code")
 # the demo's clock: one trace every 25 minutes, its thumbs-down 2 minutes after it starts
 TRACE_SPACING = timedelta(minutes=25)
 VOTE_DELAY = timedelta(minutes=2)
+# an unrated answer never starts at the same minute as a rated trace
+UNRATED_OFFSET = timedelta(minutes=3)
 
 TEXT_KEYS = ("content", "input", "output", "question", "query", "answer", "text")
 CHAT_SHAPES = ("chat", "parts", "messages-obj")
@@ -83,27 +85,51 @@ class TraceSpec(_TraceRequired, total=False):
     session_turn: int
     vote_line: str
     offset_min: int
+    release: str
+
+
+class ReleaseSpec(TypedDict):
+    """One release of the agent (a `[[release]]` table)."""
+
+    name: str
+    version: str
+    unrated: int
+
+
+class AnswerSpec(TypedDict):
+    """A fine answer nobody voted on (an `[[answer]]` table), cycled through by the unrated traces."""
+
+    question: str
+    answer: str
 
 
 class Specs(TypedDict):
     start: datetime
     system_prompt: str
+    release: list[ReleaseSpec]
+    answer: list[AnswerSpec]
     trace: list[TraceSpec]
 
 
 TRACE_KEYS = TraceSpec.__required_keys__ | TraceSpec.__optional_keys__
 CALL_KEYS = CallSpec.__required_keys__ | CallSpec.__optional_keys__
+RELEASE_KEYS = ReleaseSpec.__required_keys__
 RATED_KEYS = {"layer", "component", "shape"}
 
 
 def load_specs(path: Path) -> Specs:
     with open(path, "rb") as f:
         raw = tomllib.load(f)
-    for key in ("start", "system_prompt", "trace"):
+    for key in ("start", "system_prompt", "release", "answer", "trace"):
         if key not in raw:
             raise ValueError(f"{path}: missing top-level key {key!r}")
+    releases = [r["name"] for r in raw["release"]]
+    for release in raw["release"]:
+        _check_keys(release.get("name", "<release without name>"), release, RELEASE_KEYS, RELEASE_KEYS)
     for trace in raw["trace"]:
         check_trace(trace)
+        if trace.get("release", releases[0]) not in releases:
+            raise ValueError(f"{trace['id']}: release {trace['release']!r} is not a [[release]]")
     return cast(Specs, raw)
 
 
@@ -226,8 +252,9 @@ def wrap_text(shape: str, text: str, role: str, system: str, history: Sequence[S
 class Builder:
     """The observations of one trace, with a running clock."""
 
-    def __init__(self, trace_id: str, start: datetime, session: str | None, user: str) -> None:
+    def __init__(self, trace_id: str, start: datetime, session: str | None, user: str, release: ReleaseSpec) -> None:
         self.id, self.t, self.session, self.user = trace_id, start, session, user
+        self.release = release
         self.obs: list[dict[str, Any]] = []
 
     def add(
@@ -258,6 +285,9 @@ class Builder:
             "sessionId": self.session,
             "userId": self.user,
             "environment": "default",
+            # trace fields, on every row of the trace as Langfuse's v2 observations carry them
+            "release": self.release["name"],
+            "version": self.release["version"],
         }
         if typ == "GENERATION":
             ob["model"] = "gpt-4o-mini"
@@ -300,9 +330,11 @@ def add_tool_calls(b: Builder, spec: TraceSpec, root: str, convo: list[dict[str,
     b.add("GENERATION", "answer", root, convo, {"role": "assistant", "content": spec["answer"]}, 3.1)
 
 
-def build_trace(spec: TraceSpec, start: datetime, system: str, p: Passages) -> dict[str, Any]:
+def build_trace(
+    spec: TraceSpec, start: datetime, system: str, p: Passages, release: ReleaseSpec
+) -> dict[str, Any]:
     """One line of traces.jsonl (without its votes)."""
-    b = Builder(spec["id"], start, spec.get("session"), spec["user"])
+    b = Builder(spec["id"], start, spec.get("session"), spec["user"], release)
     root_in = wrap_text(
         spec.get("input_shape", "plain"), spec["question"], "user", system, spec.get("history", [])
     )
@@ -362,9 +394,14 @@ def build(specs: Specs, passages: Passages) -> tuple[list[dict[str, Any]], list[
     expected: list[dict[str, Any]] = []
     # session votes wait until every line exists: they may sit on the line of a later trace
     session_votes: dict[str, list[tuple[TraceSpec, dict[str, Any]]]] = {}
+    releases = {r["name"]: r for r in specs["release"]}
+    first = specs["release"][0]["name"]
+    starts: dict[str, list[datetime]] = {name: [] for name in releases}
     for i, spec in enumerate(specs["trace"]):
         start = specs["start"] + i * TRACE_SPACING + timedelta(minutes=spec.get("offset_min", 0))
-        line = build_trace(spec, start, specs["system_prompt"], passages)
+        release = releases[spec.get("release", first)]
+        starts[release["name"]].append(start)
+        line = build_trace(spec, start, specs["system_prompt"], passages, release)
         if "comment" in spec:
             v = vote(spec, start + VOTE_DELAY)
             if "session_turn" in spec:
@@ -377,7 +414,35 @@ def build(specs: Specs, passages: Passages) -> tuple[list[dict[str, Any]], list[
     for votes in session_votes.values():
         for spec, v in votes:
             place_session_vote(lines, spec["vote_line"], v)
+    lines.extend(unrated_traces(specs, starts))
     return lines, expected
+
+
+def unrated_traces(specs: Specs, starts: Mapping[str, Sequence[datetime]]) -> list[dict[str, Any]]:
+    """Each release's answers nobody voted on, spread evenly over the span of its rated traces,
+    cycling through the `[[answer]]` pairs: they count as answers, never as votes."""
+    lines: list[dict[str, Any]] = []
+    n = 0
+    for release in specs["release"]:
+        first, last = min(starts[release["name"]]), max(starts[release["name"]])
+        count = release["unrated"]
+        for k in range(count):
+            pair = specs["answer"][n % len(specs["answer"])]
+            at = first + (last - first) * (2 * k + 1) / (2 * count) + UNRATED_OFFSET
+            at = at.replace(microsecond=0)
+            b = Builder(f"demo-answer-{n + 1:02d}", at, None, f"u-reader-{n % 7 + 1}", release)
+            root = b.add("SPAN", "docs-agent", None, pair["question"], None, 0.05)
+            b.t += timedelta(milliseconds=200)
+            convo = [
+                {"role": "system", "content": specs["system_prompt"]},
+                {"role": "user", "content": pair["question"]},
+            ]
+            b.add("GENERATION", "answer", root, convo, {"role": "assistant", "content": pair["answer"]}, 2.4)
+            b.obs[0]["output"] = enc(pair["answer"])
+            b.obs[0]["endTime"] = ts(b.t + timedelta(milliseconds=50))
+            lines.append({"traceId": b.id, "observations": b.obs, "scores": []})
+            n += 1
+    return lines
 
 
 def place_session_vote(lines: list[dict[str, Any]], where: str, v: dict[str, Any]) -> None:

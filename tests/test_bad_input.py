@@ -1,4 +1,4 @@
-"""Every command reports its bad input as the README promises, never a crash (#27 B).
+"""Every command reports its bad input as docs/commands.md promises, never a crash (#27 B).
 
 Each test runs the command for real (click's runner, the whole CLI): a bad line is named by its
 file, its number and the reason, with the command's documented exit code; never "unexpected
@@ -27,7 +27,7 @@ from click.testing import CliRunner, Result
 from tests.test_eval import _set
 from tests.test_promote import SELECT, records
 from triage.cli import cli
-from triage.domain.calibration import EvalReport
+from triage.domain.review import EvalReport
 from triage.errors import ExitCode
 from triage.sinks.report import render_eval
 from triage.sources.store import Store

@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 
 TRIAGE_COLUMNS = [
     "N",
+    "judge",
     "wall s",
     "ideal s",
     "wall / ideal",

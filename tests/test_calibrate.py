@@ -16,14 +16,19 @@ from click.testing import CliRunner
 from tests.doubles.langfuse_server import LangfuseStandIn
 from tests.factories import katib_traces
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
-from triage.calibration.agreement import agreement, cohen_kappa
-from triage.calibration.calibrate import calibrate
-from triage.calibration.decisions import decisions_from_facts_file, decisions_from_scores
-from triage.calibration.labels import labels_from_file, labels_from_scores
+from triage.calibration.calibrate import (
+    agreement,
+    calibrate,
+    cohen_kappa,
+    decisions_from_facts_file,
+    decisions_from_scores,
+    labels_from_file,
+    labels_from_scores,
+)
 from triage.cli import cli
-from triage.domain.calibration import Decision, Label
 from triage.domain.config import CalibrationConfig
 from triage.domain.records import Facts, Layer, StoredScore
+from triage.domain.review import Decision, Label
 from triage.domain.scores import score_id
 from triage.errors import ExitCode
 from triage.sinks.report import render_calibration

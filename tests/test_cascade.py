@@ -177,3 +177,39 @@ def test_settled_reports_the_groups_taken_from_the_cheap_judge() -> None:
     sure = Facts(agent_searched=True, **OK_FACTS, evidence=evidence)  # type: ignore[arg-type]
     assert [name for name, _ in CascadeJudge.settled(trace, sure)] == ["containment settled", "grounding settled"]
     assert CascadeJudge.settled(make_trace(searched=False), sure) == [("no search call", {"agent_searched": False})]
+
+
+@pytest.mark.anyio
+async def test_support_seen_only_outside_the_answering_passage_goes_to_the_model(
+    server: OpenAIServer, client: openai.AsyncOpenAI
+) -> None:
+    """Issue #30, item 4: a token the agent saw in some passage is no support. The answer takes a
+    value from the images page while the culling page answers the question: the heuristic is sure of
+    the containment, not of the grounding, so the cascade asks the model for call B only."""
+    from tests.test_heuristic import CULL_NOISE, CULLING, IMAGES, cull_trace
+
+    answer = (
+        "The idle culler stops notebook servers whose kernels had no activity for `CULL_IDLE_TIME` minutes, "
+        "checked every `IDLENESS_CHECK_PERIOD` minutes. Build your own image from `kubeflownotebookswg/base`."
+    )
+    trace = cull_trace(answer)
+    cascade = CascadeJudge(HeuristicJudge(), make_judge(client))
+    facts = await cascade.judge(JudgeRequest(trace, [CULLING, IMAGES, *CULL_NOISE], None, base_for(trace)))
+    assert [r.kind for r in server.requests] == ["grounding"]
+    assert facts.evidence["answer_grounded"].decided_by == cascade.model.name
+    assert facts.evidence["retrieved_has_answer"].decided_by == "heuristic"
+
+
+@pytest.mark.anyio
+async def test_a_value_the_answering_passage_restricts_away_is_never_settled_as_grounded(
+    server: OpenAIServer, client: openai.AsyncOpenAI
+) -> None:
+    from tests.test_heuristic import CULL_FAITHFUL, CULL_NOISE, CULLING, IMAGES, cull_trace
+
+    added = CULL_FAITHFUL.replace("`JupyterLab` and `VSCode`", "`JupyterLab`, `VSCode` and `RStudio`")
+    trace = cull_trace(added)
+    cascade = CascadeJudge(HeuristicJudge(), make_judge(client))
+    facts = await cascade.judge(JudgeRequest(trace, [CULLING, IMAGES, *CULL_NOISE], None, base_for(trace)))
+    settled = facts.evidence["answer_grounded"].decided_by == "heuristic"
+    assert not (settled and facts.answer_grounded), "a contradicted value settled as grounded"
+    assert decide(facts) is Layer.GENERATION

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from triage.settings import load_config
 from triage.sources.store import Store
 
 SECRET = "sk-test-0123456789abcdef"
+#: the report's count line (how sure the verdicts are may follow the count of triaged ones)
+ALL_TRIAGED = re.compile(r"29 thumbs-down: 29 triaged( \([^)]*\))?, 0 not triaged")
 
 
 @pytest.fixture
@@ -47,7 +50,7 @@ def test_feedback_with_a_model_judge_end_to_end(demo_store: Path, judge: str) ->
     assert calls > 0
     assert auth == {f"Bearer {SECRET}"}
     out, err = result.stdout, result.stderr
-    assert "29 thumbs-down: 29 triaged, 0 not triaged" in out
+    assert ALL_TRIAGED.search(out)
     assert f"judge {judge}" in err and f"{calls} calls" in err
     assert SECRET not in out and SECRET not in err
     with Store(demo_store) as store:
@@ -108,7 +111,7 @@ def test_a_component_outside_the_catalogue_leaves_every_layer_decided(demo_store
         )
         containment_calls = len(server.of_kind("containment"))
     assert result.exit_code == 0, result.stderr
-    assert "29 thumbs-down: 29 triaged, 0 not triaged" in result.stdout
+    assert ALL_TRIAGED.search(result.stdout)
     with Store(demo_store) as store:
         components = store.scores_named("triage_component")
     decided_by = {json.loads(r["metadata"])["component_from"] for r in components}
@@ -117,3 +120,41 @@ def test_a_component_outside_the_catalogue_leaves_every_layer_decided(demo_store
     # one containment call per searched trace: none was retried for the component
     searched = sum(json.loads(r["metadata"])["judge"] != "heuristic" for r in components)
     assert containment_calls == searched
+
+
+def test_the_summary_reports_cached_prompt_tokens_and_their_price(demo_store: Path, tmp_path: Path) -> None:
+    """A server with prompt caching (the stand-in counts as OpenAI does): the calls after the first
+    of each kind find the shared prefix cached, and the summary says how much, and what it costs."""
+    summary_file = tmp_path / "summary.json"
+    with OpenAIServer(responder=keyword_responder, estimate_tokens=True, prompt_cache=True) as server:
+        env = {
+            "TRIAGE_STORE": str(demo_store),
+            "OPENAI_BASE_URL": f"{server.url}/v1",
+            "OPENAI_API_KEY": SECRET,
+            "TRIAGE_JUDGE_MODEL": "gpt-4o-mini",
+        }
+        result = CliRunner().invoke(
+            cli,
+            [
+                "feedback",
+                "--write",
+                "--judge",
+                "llm",
+                "--concurrency",
+                "1",
+                "--summary-file",
+                str(summary_file),
+            ],
+            env=env,
+            catch_exceptions=False,
+        )
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(summary_file.read_text())
+    cached, total = summary["cached_input_tokens"], summary["input_tokens"]
+    # 50 calls, two kinds: all but the first of each find their kind's prefix (1,024+ tokens) cached
+    assert cached >= 48 * 1024 and cached < total
+    assert summary["batch_calls"] == 0
+    # gpt-4o-mini's cached input costs half its input price: the bill is below the direct estimate
+    saved = cached * 0.15 / 2 / 1e6
+    assert summary["cost_usd_billed"] == pytest.approx(summary["cost_usd"] - saved, abs=2e-6)
+    assert f"{cached} of {total} input tokens cached ({cached / total:.0%})" in result.stderr

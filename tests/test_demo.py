@@ -15,8 +15,8 @@ from triage.app import DEMO_DIR
 from triage.app import run_demo as demo
 from triage.cli import cli
 from triage.domain.records import Layer
-from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
+from triage.engine.stream import RunOptions
 from triage.judges.replay import ReplayJudge
 from triage.settings import load_config
 from triage.sources.store import Store
@@ -141,7 +141,7 @@ def test_the_demo_report_is_the_same_bytes_at_any_concurrency(tmp_path: Path) ->
     from datetime import UTC, datetime
 
     from triage.app import run_demo as demo
-    from triage.engine.options import RunOptions
+    from triage.engine.stream import RunOptions
     from triage.settings import load_config
     from triage.sinks.report import render_report
 

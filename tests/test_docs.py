@@ -20,7 +20,7 @@ from markdown_it.token import Token
 from pydantic import AliasChoices, AliasPath
 
 from triage.cli import cli
-from triage.domain.relay import RelayConfig
+from triage.domain.config import RelayConfig
 from triage.errors import ExitCode
 from triage.relay.bodies import STATUSES
 from triage.settings import Settings
@@ -35,7 +35,7 @@ README_LIMIT = 20_000
 
 #: the README's set-up, verbatim: CI runs the second, people paste both
 SETUP_COMMANDS = (
-    "python3 -m venv .venv && . .venv/bin/activate && pip install . && triage demo",
+    "python3 -m venv .venv && . .venv/bin/activate && pip install . && triage demo && triage check && triage releases",
     "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest -q",
 )
 #: variables the docs may name that `Settings` does not read, and the file that reads each

@@ -19,8 +19,8 @@ from tests.factories import NOW, session_vote, trace_line
 from triage.domain.outcome import RunResult
 from triage.domain.records import Facts
 from triage.domain.scores import ScoreBody
-from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
+from triage.engine.stream import RunOptions
 from triage.errors import ExitCode, JudgeError, JudgeRejected, LangfuseError, SearchError
 from triage.settings import load_config
 

@@ -10,8 +10,7 @@ import pytest
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Passage, ToolCall, Trace
 from triage.domain.rule import decide
-from triage.judges import containment as cont
-from triage.judges.declines import absence_cues, declines, listed_phrases
+from triage.judges import heuristic as cont
 from triage.judges.grounding import (
     Grounding,
     answer_text,
@@ -20,14 +19,20 @@ from triage.judges.grounding import (
     check,
     invisible_marks,
     negation_contradictions,
+    outside_support,
     pairs,
+    quoted_spans,
+    restriction_contradictions,
     unsupported_specifics,
     value_contradictions,
 )
 from triage.judges.heuristic import HeuristicJudge, unsupported
 from triage.judges.offline_text import (
     Pool,
+    absence_cues,
+    declines,
     fenced_code,
+    listed_phrases,
     looks_english,
     specifics,
     stem,
@@ -865,3 +870,149 @@ async def test_a_miss_is_never_sure_where_the_question_quotes_its_own_code() -> 
     made_up = "Set the loop's parallelism to 1 and the merge step starts after the last shard has finished."
     assert await _retrieved_miss(question, made_up, PAGE) == (False, "medium", "medium")
     assert await _retrieved_miss(plain, made_up, PAGE) == (False, "high", "high")
+
+
+# -- support where the answer is, and contradictions (issue #30, item 4) ------------------------------
+#
+# Invented pages, not the evaluation set's: a culling page that restricts a statement to two image
+# kinds, and an images page that names a third. The question is the culling page's.
+
+CULLING = Passage(
+    id="R1",
+    collection="docs",
+    source_url="https://docs.example/notebooks/culling/",
+    title="Notebook culling",
+    text="The idle culler stops notebook servers whose kernels had no activity for `CULL_IDLE_TIME` minutes, "
+    "checked every `IDLENESS_CHECK_PERIOD` minutes. Currently, culling works only with `JupyterLab` and "
+    "`VSCode` images; servers of other images keep running.",
+)
+IMAGES = Passage(
+    id="R2",
+    collection="docs",
+    source_url="https://docs.example/notebooks/images/",
+    title="Notebook images",
+    text="Kubeflow ships three image families, `JupyterLab`, `VSCode` and `RStudio`, each in a CPU and a CUDA "
+    "variant. Build your own from `kubeflownotebookswg/base` with `docker build -t my-registry/nb:1 .`.",
+)
+CULL_QUESTION = "Which notebook servers does the idle culler stop, and after how long?"
+CULL_NOISE = [
+    Passage(id=f"S{i}", collection="docs", source_url=f"https://docs.example/n{i}", text=text)
+    for i, text in enumerate(
+        ["Pipelines run on Argo Workflows.", "Katib tunes hyperparameters with trials.", "Profiles own namespaces."], 3
+    )
+]
+#: the culling page's own words and values: grounded where the answer is
+CULL_FAITHFUL = (
+    "The idle culler stops `JupyterLab` and `VSCode` notebook servers whose kernels had no activity for "
+    "`CULL_IDLE_TIME` minutes, checked every `IDLENESS_CHECK_PERIOD` minutes."
+)
+
+
+def cull_trace(answer: str) -> Trace:
+    call = ToolCall(id="c", name="search_kubeflow_docs", args={"query": "notebook idle culler"}, collection="docs")
+    return Trace(id="t", question=CULL_QUESTION, answer=answer, tool_calls=[call], passages=[CULLING, IMAGES])
+
+
+async def cull_facts(answer: str) -> Facts:
+    trace = cull_trace(answer)
+    base = Facts(agent_searched=True, agent_searched_collections=["docs"])
+    return await HeuristicJudge().judge(JudgeRequest(trace, [CULLING, IMAGES, *CULL_NOISE], None, base))
+
+
+def grounding_of(facts: Facts) -> tuple[bool | None, str | None]:
+    return facts.answer_grounded, facts.evidence["answer_grounded"].confidence
+
+
+@pytest.mark.anyio
+async def test_the_answering_passage_is_the_one_that_covers_the_question() -> None:
+    found = cont.contain(CULL_QUESTION, CULL_FAITHFUL, [], [CULLING, IMAGES], CULL_NOISE, answer_counts=True)
+    assert [p.id for p in found.answering] == ["R1"]
+    facts = await cull_facts(CULL_FAITHFUL)
+    assert facts.retrieved_has_answer is True and facts.evidence["retrieved_has_answer"].confidence == "high"
+    assert grounding_of(facts) == (True, "high")
+
+
+@pytest.mark.anyio
+async def test_a_value_seen_only_in_another_passage_is_never_sure_support() -> None:
+    """The answer adds `kubeflownotebookswg/base`, which the images page holds and the culling page,
+    the one that answers, does not: seen by the agent, so not unsupported, but not surely grounded."""
+    answer = (
+        "The idle culler stops notebook servers whose kernels had no activity for `CULL_IDLE_TIME` minutes, "
+        "checked every `IDLENESS_CHECK_PERIOD` minutes. Build your own image from `kubeflownotebookswg/base`."
+    )
+    facts = await cull_facts(answer)
+    assert grounding_of(facts) == (True, "medium")
+    assert "only outside the passages that answer (kubeflownotebookswg/base)" in (
+        facts.evidence["answer_grounded"].note or ""
+    )
+    # ... the same answer quoting a whole command line of that page shows its source itself
+    quoting = answer.replace("from `kubeflownotebookswg/base`", "with `docker build -t my-registry/nb:1 .`")
+    assert grounding_of(await cull_facts(quoting)) == (True, "high")
+
+
+@pytest.mark.anyio
+async def test_a_value_the_answering_passage_restricts_away_is_a_contradiction() -> None:
+    """The culling page says culling works *only* with JupyterLab and VSCode images; an answer that
+    lists RStudio beside them is contradicted there, though the images page holds `RStudio`."""
+    added = CULL_FAITHFUL.replace("`JupyterLab` and `VSCode`", "`JupyterLab`, `VSCode` and `RStudio`")
+    facts = await cull_facts(added)
+    assert grounding_of(facts) == (False, "high")
+    assert any("rstudio" in c for c in facts.unsupported_claims)
+    assert decide(facts).value == "generation"
+    # leaving it out, or naming it as left out, is no contradiction
+    assert grounding_of(await cull_facts(CULL_FAITHFUL)) == (True, "high")
+    but_not = CULL_FAITHFUL.replace("`VSCode` notebook", "`VSCode` notebook servers, but not `RStudio` ones, or")
+    assert grounding_of(await cull_facts(but_not))[0] is True
+
+
+def test_a_restriction_is_read_from_the_sentence_that_says_only() -> None:
+    passage = "For a Trial, early stopping works only with the `Pull` or `Push` collectors. Other kinds exist."
+    extended = "Early stopping works with the `Pull`, `Push` and `Sidecar` collectors."
+    assert restriction_contradictions(extended, [passage]) == ["sidecar (a passage restricts it to pull, push)"]
+    assert restriction_contradictions("Early stopping works with the `Pull` collector.", [passage]) == []
+    # another subject, or a name written otherwise (a key, not a kind), is no extension of the list
+    assert restriction_contradictions("Metrics work with `Pull`, `Push` and `Sidecar`.", [passage]) == []
+    keyed = "Early stopping works with the `Pull` collector, set `max_wait`."
+    assert restriction_contradictions(keyed, [passage]) == []
+    # the passage naming the value itself elsewhere: not a value the restriction leaves out
+    assert restriction_contradictions(extended, [passage + " The `Sidecar` collector is legacy."]) == []
+    # ... and whichever passage says it, the grounding check reads it from the passages that answer
+    both = [passage, "Collectors: `Sidecar`."]
+    grounding = check(extended, both, both, answering=[passage])
+    assert grounding.contradictions and grounding.against_answering
+    elsewhere = check(extended, both, both, answering=both[1:])
+    assert not elsewhere.against_answering
+
+
+def test_a_quoted_span_is_a_run_of_words_a_passage_holds() -> None:
+    page = "Build it with `docker build -t my-registry/nb:1 .` from `kubeflownotebookswg/base`."
+    command = "docker build -t my-registry/nb:1 ."
+    assert quoted_spans(f"Run `{command}` first.", [page]) == [command]
+    # one long token is a token, not a quote
+    assert quoted_spans("Start from `kubeflownotebookswg/base`.", [page]) == []
+    assert quoted_spans('It says "build it with docker from the base image" somewhere.', [page]) == []
+    base = "kubeflownotebookswg/base"
+    assert outside_support(f"Start from `{base}`.", ["The culler."], [page]) == [base]
+
+
+def test_a_clean_decline_is_surely_grounded_and_one_that_guesses_on_is_not() -> None:
+    """A decline in a listed phrase, in English, with no unseen specific and most of its other words
+    the passages', claims nothing they do not say: `high`. One that goes on guessing ("probably",
+    "typically": the "the docs don't say, but ..." answer), or whose other words are not the
+    passages', or found by cues alone, is not sure."""
+    from triage.judges.heuristic import Signals, _grounding_evidence
+
+    found = cont.contain("q", "", [], [PAGE], [], answer_counts=False)
+    phrase = ["I couldn't find"]
+
+    def level(answer: str, prose: float | None = 0.8, listed: bool = True) -> str | None:
+        grounding = Grounding(checked=0, prose_support=prose)
+        return _grounding_evidence(Signals(found, grounding, True, phrase, listed), answer).confidence
+
+    clean = "I couldn't find a retention setting in the docs. The page lists a run's artifacts and logs."
+    assert level(clean) == "high"
+    assert level(clean, prose=None) == "high"  # nothing but the decline
+    assert level(clean.replace("and logs.", "and logs; runs are probably kept for 30 days.")) != "high"
+    assert level("I couldn't find it in the docs. Such limits are typically set per namespace.") != "high"
+    assert level(clean, prose=0.3) != "high"
+    assert level(clean, listed=False) != "high"

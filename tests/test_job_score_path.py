@@ -41,13 +41,12 @@ from tests.doubles.langfuse_transport import (
 from tests.factories import trace_line
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
 from tests.test_promote import DATASET, record, review, store_env, triaged
-from triage.calibration.decisions import decisions_from_facts_file
-from triage.calibration.labels import labels_from_file
+from triage.calibration.calibrate import decisions_from_facts_file, labels_from_file
 from triage.cli import cli
 from triage.domain.config import IndexFolder
-from triage.domain.datasets import regression_item_id
 from triage.domain.records import Facts
 from triage.domain.scores import ScoreBody
+from triage.domain.worklist import regression_item_id
 from triage.errors import ConfigError, InputError
 from triage.judges.replay import ReplayJudge
 from triage.search.index import Index

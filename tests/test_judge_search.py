@@ -61,8 +61,7 @@ def searching(body: dict[str, Any]) -> dict[str, Any]:
     """`honest`, and where it is asked whether to search again and nothing shown holds the answer,
     the docs' word for it."""
     reply = honest(body)
-    schema = body["response_format"]["json_schema"]["schema"]
-    if "search_again" in schema["properties"]:
+    if call_kind(body) == "containment" and queries_allowed(body):
         answered = any(
             reply[k]["verdict"] == "contains_answer" for k in ("retrieved", "research") if k in reply
         )
@@ -104,6 +103,15 @@ def schema_of(request: Recorded) -> dict[str, Any]:
     return schema
 
 
+def queries_allowed(body: dict[str, Any]) -> int:
+    """How many queries of its own the call allows the model: its user message's first line says
+    (the system message and the schema are the same for every call, a cacheable prefix)."""
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    found = re.search(r"; search queries allowed: (\d+)\.$", user.splitlines()[0])
+    assert found, "the first line says how many queries the call allows"
+    return int(found.group(1))
+
+
 async def test_a_vocabulary_gap_is_crossed_by_the_judge_s_own_search(
     server: OpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
@@ -112,11 +120,12 @@ async def test_a_vocabulary_gap_is_crossed_by_the_judge_s_own_search(
     facts = await make_judge(client).judge(JudgeRequest(trace, RESEARCH, None, base_for(trace), search_more=more))
     assert more.asked == [["parallelTrialCount", "Experiment spec"]]
     first, second = server.of_kind("containment")
-    assert "search_again" in schema_of(first)["required"] and "SEARCH AGAIN" in first.system
+    assert queries_allowed(first.body) == 2 and "SEARCH AGAIN" in first.system
     assert shown_ids(first) == ["R1", "S1", "S2"]
     # the follow-up: the new passages only, as the research set, and no third search offered
-    assert shown_ids(second) == ["S3"] and "search_again" not in schema_of(second)["properties"]
-    assert "SEARCH AGAIN" not in second.system
+    assert shown_ids(second) == ["S3"] and queries_allowed(second.body) == 0
+    # what the two calls are asked differs in their user message only
+    assert (first.system, schema_of(first)) == (second.system, schema_of(second))
     assert facts.retrieved_has_answer is False and facts.index_has_answer is True
     assert facts.answer_collection == "docs" and facts.answer_sources == [ANSWERING.source_url]
     held = facts.evidence["index_has_answer"]
@@ -144,16 +153,14 @@ async def test_without_a_follow_up_search_the_model_is_not_offered_one(
     trace = make_trace(passages=OFF_TOPIC)
     facts = await make_judge(client).judge(JudgeRequest(trace, RESEARCH, None, base_for(trace)))
     (only,) = server.of_kind("containment")
-    assert "search_again" not in schema_of(only)["properties"] and "SEARCH AGAIN" not in only.system
+    assert queries_allowed(only.body) == 0
     assert facts.index_has_answer is False
     # and a judge configured for none (`search.judge_queries = 0`) is not offered one either
     more = Following([ANSWERING])
     await make_judge(client, search_again=0).judge(
         JudgeRequest(trace, RESEARCH, None, base_for(trace), search_more=more)
     )
-    assert (
-        more.asked == [] and "search_again" not in schema_of(server.of_kind("containment")[-1])["properties"]
-    )
+    assert more.asked == [] and queries_allowed(server.of_kind("containment")[-1].body) == 0
 
 
 async def test_a_search_that_finds_nothing_new_costs_no_second_call(
@@ -225,20 +232,21 @@ async def test_more_searches_every_collection_and_survives_a_refused_query() -> 
     assert await everything_fails.more(["  ", ""], []) == []
 
 
-def test_the_reply_schema_offers_the_search_only_when_asked() -> None:
+def test_the_reply_schema_has_the_search_for_every_call_and_null_where_none_is_allowed() -> None:
     from triage.judges.llm_replies import containment_schema
 
-    offered = containment_schema(["retrieved"], ["katib"], search_again=True)
-    assert offered["properties"]["search_again"]["required"] == ["reasoning", "queries"]
-    assert "search_again" not in containment_schema(["retrieved"], ["katib"])["properties"]
-    json.dumps(offered)  # sent as it is
+    schema = containment_schema(["katib"])
+    search = schema["properties"]["search_again"]["anyOf"]
+    assert search[0]["required"] == ["reasoning", "queries"] and search[1] == {"type": "null"}
+    assert {"type": "null"} in schema["properties"]["retrieved"]["anyOf"]
+    assert schema == containment_schema(["katib"])  # the same for every call: a cacheable prefix
+    json.dumps(schema)  # sent as it is
 
 
 async def test_a_follow_up_reply_that_fails_its_checks_leaves_the_first_verdict() -> None:
     def citing_the_wrong_set(body: dict[str, Any]) -> dict[str, Any]:
         reply = searching(body)
-        follow_up = "search_again" not in body["response_format"]["json_schema"]["schema"]["properties"]
-        if call_kind(body) == "containment" and follow_up:
+        if call_kind(body) == "containment" and not queries_allowed(body):
             # the follow-up: contains_answer, but cites the agent's R1, which is not in the set asked
             reply["research"] = {
                 "reasoning": "wrong id",

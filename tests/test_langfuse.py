@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from tests.doubles.langfuse_server import LangfuseStandIn, iso
-from triage.domain.conversations import TraceRef
 from triage.domain.scores import ScoreBody, score_id
+from triage.domain.votes import TraceRef
 from triage.errors import ConfigError, LangfuseError
 from triage.sources.langfuse.backend import LangfuseBackend
 

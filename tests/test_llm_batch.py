@@ -1,26 +1,39 @@
 """Batch mode: `triage.judges.batching` through the real `openai` client against a local stand-in of
-the Batch API (`tests.doubles.batch_server`, 127.0.0.1), polling in virtual time."""
+the Batch API (`tests.doubles.batch_server`, 127.0.0.1), polling in virtual time; and the night in
+batch mode, `triage feedback --batch`, end to end (the last section)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from click.testing import CliRunner
+from openai.types.chat import ChatCompletion
 
 from tests.doubles.batch_server import BatchServer, Faults, RawBody, RawLine
 from tests.doubles.clock import VirtualClock
-from tests.doubles.openai_server import Reply
+from tests.doubles.openai_server import Reply, keyword_responder
+from triage.app import DEMO_DIR, demo_shift
+from triage.cli import cli
 from triage.errors import JudgeError
+from triage.judges.batch_rounds import BatchCollector
 from triage.judges.batching import (
     PRICES,
-    BatchError,
+    Answered,
     BatchOutcome,
+    BatchRunError,
     BatchRunner,
     BatchUnsupported,
     Cost,
@@ -30,6 +43,7 @@ from triage.judges.batching import (
     price_of,
 )
 from triage.retry import Budget, RetryPolicy, use_clock
+from triage.sources.store import Store
 
 MODEL = "gpt-4o-mini"
 
@@ -247,7 +261,7 @@ async def test_a_server_without_the_batch_api_is_detected_before_anything_is_sen
         # the same server still answers directly: the caller's fallback for all
         completion = await client.chat.completions.create(**body("direct"))
         assert "direct" in (completion.choices[0].message.content or "")
-    assert isinstance(raised.value, BatchError) and isinstance(raised.value, JudgeError)
+    assert isinstance(raised.value, BatchRunError) and isinstance(raised.value, JudgeError)
 
 
 @pytest.mark.anyio
@@ -355,7 +369,7 @@ async def test_garbage_answers_are_reasons_never_crashes(clock: HookClock) -> No
 @pytest.mark.anyio
 async def test_garbage_where_the_created_batch_should_be_is_a_clear_error(clock: HookClock) -> None:
     async with serving(clock, faults=Faults(garbage={"create": 1})) as (_, client):
-        with pytest.raises(BatchError, match="the created batch is not JSON") as raised:
+        with pytest.raises(BatchRunError, match="the created batch is not JSON") as raised:
             await runner(client).run(requests(2), deadline=clock.now() + timedelta(hours=1))
     assert not isinstance(raised.value, BatchUnsupported)
 
@@ -451,3 +465,296 @@ async def test_the_outcome_counts_cached_tokens_for_the_cost(clock: HookClock) -
     assert tokens == Tokens(prompt=300, cached_prompt=180, completion=60)
     priced = cost(MODEL, tokens)
     assert priced is not None and priced.batch_cached < priced.batch < priced.direct
+
+
+# --- batch mode for the night: `triage feedback --batch` end to end -----------------------------------
+#
+# The real command (`triage.cli`), the demo's 29 thumbs-down in an embedded store, the judge's model
+# behind the Batch API stand-in over HTTP, polling in virtual time. The responder records the nonce
+# of every request it answers: each judge call has its own, so a call answered twice (in a batch and
+# again directly) shows as a nonce seen twice, and a call lost shows as a missing verdict.
+
+SECRET = "sk-test-batch-0123456789"
+_NONCE = re.compile(r'Data for review \(JSON inside blocks with nonce="([0-9a-f]+)"\)')
+
+
+class Recording:
+    """`keyword_responder`, counting each call it answers by its nonce."""
+
+    def __init__(self) -> None:
+        self.answered: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        user = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        found = _NONCE.match(user)
+        assert found, "every judge call names its nonce first"
+        with self._lock:
+            self.answered[found.group(1)] += 1
+        return keyword_responder(request)
+
+
+def fresh_store(folder: Path) -> Path:
+    path = folder / "store.sqlite"
+    traces = DEMO_DIR / "traces.jsonl"
+    with Store(path) as store:
+        store.import_file(traces, shift=demo_shift(traces, datetime.now(UTC)))
+    return path
+
+
+@pytest.fixture
+def demo_store(tmp_path: Path) -> Path:
+    return fresh_store(tmp_path)
+
+
+@dataclass
+class Night:
+    exit_code: int
+    stderr: str
+    summary: dict[str, Any]
+    server: BatchServer
+    answered: Counter[str]
+
+    def custom_ids(self) -> list[list[str]]:
+        """Each batch's custom_ids, in the order the batches were made."""
+        return [[line["custom_id"] for line in batch.requests] for batch in self.server.batches.values()]
+
+
+def night(
+    store: Path, tmp_path: Path, judge: str, *, env: dict[str, str] | None = None, **server_options: Any
+) -> Night:
+    """`triage feedback --write --batch --judge JUDGE` against a batch stand-in, in virtual time."""
+    recording = Recording()
+    summary_file = tmp_path / f"summary-{judge}.json"
+    virtual = VirtualClock(datetime.now(UTC))
+    with (
+        use_clock(virtual),
+        BatchServer(responder=recording, clock=virtual.monotonic, **server_options) as server,
+    ):
+        settings = {
+            "TRIAGE_STORE": str(store),
+            "OPENAI_BASE_URL": f"{server.url}/v1",
+            "OPENAI_API_KEY": SECRET,
+            "TRIAGE_JUDGE_MODEL": MODEL,
+            **(env or {}),
+        }
+        args = ["feedback", "--write", "--batch", "--judge", judge, "--summary-file", str(summary_file)]
+        result = CliRunner().invoke(cli, args, env=settings, catch_exceptions=False)
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+    return Night(result.exit_code, result.stderr, summary, server, recording.answered)
+
+
+def once_each(run: Night, lost_on_the_way: int = 0) -> None:
+    """All 29 triaged, each judge call answered exactly once (in a batch or directly), and the
+    summary's calls are those answers. `lost_on_the_way`: calls a batch ran whose answer never came
+    back (no line in either file): the stand-in ran those twice, the second time directly."""
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert (run.summary["triaged"], run.summary["not_triaged"]) == (29, {})
+    assert run.answered and max(run.answered.values()) <= 2
+    assert sum(n - 1 for n in run.answered.values()) == lost_on_the_way, "a call answered twice"
+    assert run.summary["judge_calls"] == len(run.answered)
+    assert SECRET not in run.stderr
+
+
+def test_batch_mode_judges_the_window_in_one_round(demo_store: Path, tmp_path: Path) -> None:
+    run = night(demo_store, tmp_path, "llm")
+    once_each(run)
+    # every trace's two calls in one batch: the collector waited for every trace in flight
+    (ids,) = run.custom_ids()
+    assert len(ids) == run.summary["judge_calls"] == len(set(ids))
+    searched = {cid.split(":")[0] for cid in ids}
+    assert ids and all(
+        f"{trace}:{call}" in ids for trace in searched for call in ("containment", "grounding")
+    )
+    assert run.server.count("chat") == 0  # nothing went directly
+    assert run.summary["batch_calls"] == run.summary["judge_calls"]
+    assert run.summary["cost_usd_billed"] == pytest.approx(run.summary["cost_usd"] / 2, abs=1e-6)
+    calls = run.summary["judge_calls"]
+    assert f"{calls} of {calls} calls in batches, at the batch price" in run.stderr
+    assert "batch round 1:" in run.stderr and "batch round 2:" not in run.stderr
+
+
+def test_the_cascade_s_second_call_is_a_second_round(demo_store: Path, tmp_path: Path) -> None:
+    run = night(demo_store, tmp_path, "cascade")
+    once_each(run)
+    first, second = run.custom_ids()
+    # round 2: grounding calls that waited for their trace's containment reply in round 1
+    assert second and all(cid.endswith(":grounding") for cid in second)
+    assert all(cid.replace(":grounding", ":containment") in first for cid in second)
+    # round 1: the containment calls, and the grounding calls the cheap judge's facts asked for alone
+    assert not set(first) & set(second)
+    assert run.server.count("chat") == 0
+    assert run.summary["judge_calls"] == len(first) + len(second) == run.summary["batch_calls"]
+
+
+def sent(judge: str, tmp_path: Path) -> list[str]:
+    """The custom_ids a clean night sends, in order (the faults below name some of them)."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    return [cid for batch in night(fresh_store(probe), probe, judge).custom_ids() for cid in batch]
+
+
+@pytest.mark.parametrize("judge", ["llm", "cascade"])
+def test_a_partial_failure_goes_directly_with_nothing_lost_or_doubled(
+    demo_store: Path, tmp_path: Path, judge: str
+) -> None:
+    ids = sent(judge, tmp_path)
+    failing: dict[str, int | str] = {ids[0]: 500, ids[1]: "request_timeout", ids[2]: 400}
+    run = night(demo_store, tmp_path, judge, faults=Faults(fail=failing, drop={ids[3]}))
+    once_each(run, lost_on_the_way=1)
+    # the three that failed and the one missing from both files went directly, once each
+    assert run.server.count("chat") == 4
+    assert run.summary["batch_calls"] == run.summary["judge_calls"] - 4
+    assert "4 sent directly (failed 3, missing 1)" in run.stderr
+
+
+@pytest.mark.parametrize("judge", ["llm", "cascade"])
+def test_an_expired_batch_s_rest_goes_directly(demo_store: Path, tmp_path: Path, judge: str) -> None:
+    # each batch runs a quarter of its requests a poll, and expires at the second poll
+    run = night(demo_store, tmp_path, judge, faults=Faults(expire_after_polls=2), polls_to_complete=4)
+    once_each(run)
+    expired = run.summary["judge_calls"] - run.summary["batch_calls"]
+    assert run.server.count("chat") == expired > 0 and run.summary["batch_calls"] > 0
+    assert {b.status for b in run.server.batches.values()} == {"expired"}
+    assert "expired" in run.stderr
+
+
+def test_at_the_deadline_the_round_is_cancelled_and_its_calls_go_directly(
+    demo_store: Path, tmp_path: Path
+) -> None:
+    # a batch that never finishes: polled until TRIAGE_BATCH_DEADLINE_SECONDS, then cancelled
+    run = night(
+        demo_store, tmp_path, "llm", env={"TRIAGE_BATCH_DEADLINE_SECONDS": "600"}, polls_to_complete=10**6
+    )
+    once_each(run)
+    assert run.server.count("cancel") == 1 and run.summary["batch_calls"] == 0
+    assert run.server.count("chat") == run.summary["judge_calls"]
+    assert "deadline" in run.stderr
+
+
+@pytest.mark.parametrize("status", [404, 501])
+def test_a_server_without_the_batch_api_is_used_directly_and_said_once(
+    demo_store: Path, tmp_path: Path, status: int
+) -> None:
+    run = night(demo_store, tmp_path, "cascade", faults=Faults(unsupported=status))
+    once_each(run)
+    # asked before anything was sent (a 5xx is retried first), never again: the rest went directly
+    assert run.server.count("list") == (1 if status == 404 else 4) and run.server.count("upload") == 0
+    assert run.server.count("chat") == run.summary["judge_calls"] and run.summary["batch_calls"] == 0
+    assert run.stderr.count("no Batch API") == 1
+    assert "calls in batches" not in run.stderr  # nothing billed at the batch price
+
+
+def test_without_batch_the_night_makes_no_batch_request(demo_store: Path, tmp_path: Path) -> None:
+    recording = Recording()
+    with BatchServer(responder=recording) as server:
+        env = {
+            "TRIAGE_STORE": str(demo_store),
+            "OPENAI_BASE_URL": f"{server.url}/v1",
+            "OPENAI_API_KEY": SECRET,
+            "TRIAGE_JUDGE_MODEL": MODEL,
+        }
+        result = CliRunner().invoke(
+            cli, ["feedback", "--write", "--judge", "llm"], env=env, catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.stderr[-2000:]
+        assert set(server.routes) == {"chat"} and set(recording.answered.values()) == {1}
+
+
+# --- the collector alone: when a round goes ------------------------------------------------------------
+
+
+class ScriptedRunner:
+    """A `BatchRunner` stand-in: records each round's custom_ids and answers them all (or raises)."""
+
+    poll = RetryPolicy(initial=10.0)
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.rounds: list[list[str]] = []
+        self.fail = fail
+
+    async def run(self, requests: dict[str, dict[str, Any]], *, deadline: datetime) -> BatchOutcome:
+        self.rounds.append(list(requests))
+        if self.fail is not None:
+            raise self.fail
+        outcome = BatchOutcome(order=list(requests))
+        for cid in requests:
+            completion = ChatCompletion.model_validate(
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": MODEL,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": cid},
+                        }
+                    ],
+                }
+            )
+            outcome._settle(Answered(cid, completion, "batch_1"))
+        return outcome
+
+
+def collector(runner: ScriptedRunner, **options: Any) -> BatchCollector:
+    gathered = BatchCollector(deadline=datetime.now(UTC) + timedelta(hours=1), settle=0.01, **options)
+    gathered.attach(runner)  # type: ignore[arg-type]  # the scripted stand-in
+    return gathered
+
+
+async def _trace(gathered: BatchCollector, trace_id: str, works: float, calls: int = 1) -> list[str | None]:
+    """A trace in flight: it works `works` seconds (a search), then asks `calls` calls in turn."""
+    answers: list[str | None] = []
+    with gathered.flying(trace_id):
+        await asyncio.sleep(works)
+        for n in range(calls):
+            got = await gathered.ask(body(f"{trace_id} {n}"), trace_id=trace_id, call=f"call{n}")
+            answers.append(got.choices[0].message.content if got is not None else None)
+    return answers
+
+
+@pytest.mark.anyio
+async def test_a_round_waits_for_every_trace_in_flight() -> None:
+    runner = ScriptedRunner()
+    gathered = collector(runner)
+    # one trace asks at once, one after a slow search, one asks twice in turn (the cascade's rounds)
+    answers = await asyncio.gather(
+        _trace(gathered, "fast", 0.0), _trace(gathered, "slow", 0.3), _trace(gathered, "twice", 0.0, calls=2)
+    )
+    assert runner.rounds == [["fast:call0", "twice:call0", "slow:call0"], ["twice:call1"]]
+    assert answers == [["fast:call0"], ["slow:call0"], ["twice:call0", "twice:call1"]]
+    assert [r.calls for r in gathered.rounds] == [3, 1]
+
+
+@pytest.mark.anyio
+async def test_a_trace_busy_past_the_quiet_interval_does_not_hold_the_round() -> None:
+    runner = ScriptedRunner()
+    gathered = collector(runner, quiet=0.1)
+    await asyncio.gather(_trace(gathered, "fast", 0.0), _trace(gathered, "stuck", 0.5))
+    assert runner.rounds == [["fast:call0"], ["stuck:call0"]]
+
+
+@pytest.mark.anyio
+async def test_no_batch_api_sends_the_round_and_the_rest_directly_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = ScriptedRunner(fail=BatchUnsupported("the server has no Batch API (HTTP 404)"))
+    gathered = collector(runner)
+    first = await asyncio.gather(_trace(gathered, "a", 0.0), _trace(gathered, "b", 0.0))
+    later = await _trace(gathered, "c", 0.0)
+    assert first == [[None], [None]] and later == [None]  # None: send it directly
+    assert len(runner.rounds) == 1  # asked once, never again
+    assert [r.message for r in caplog.records].count(
+        "the server has no Batch API (HTTP 404): the judge's calls go directly from now"
+    ) == 1
+
+
+@pytest.mark.anyio
+async def test_near_the_deadline_every_call_goes_directly() -> None:
+    runner = ScriptedRunner()
+    gathered = BatchCollector(deadline=datetime.now(UTC) + timedelta(seconds=15))
+    gathered.attach(runner)  # type: ignore[arg-type]
+    assert await _trace(gathered, "late", 0.0) == [None] and runner.rounds == []
+    assert gathered.direct == "the batch deadline is near"

@@ -18,7 +18,7 @@ from triage.domain.rule import decide
 from triage.errors import ConfigError, JudgeError, JudgeRejected
 from triage.judges import prompts
 from triage.judges.llm import LLMJudge
-from triage.judges.llm_messages import Block, quote_found
+from triage.judges.llm_replies import Block, quote_found
 from triage.settings import load_config
 
 COMPONENTS = load_config().components
@@ -36,9 +36,13 @@ COMMENT = "it did not tell me where the setting goes"
 
 
 def _nonce(body: dict[str, Any]) -> str:
+    """The call's nonce, as the first line of its user message announces it; never in the system
+    message (the same bytes for every call: a cacheable prefix)."""
     system = next(m["content"] for m in body["messages"] if m["role"] == "system")
-    found = re.search(r'nonce="([0-9a-f]{16})"', system)
-    assert found, "the system message names the nonce"
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    found = re.match(r'Data for review \(JSON inside blocks with nonce="([0-9a-f]{16})"\)', user)
+    assert found, "the user message's first line names the nonce"
+    assert found.group(1) not in system and 'nonce="' not in system
     return found.group(1)
 
 
@@ -240,7 +244,10 @@ async def run(
     trace = trace or make_trace()
     return await judge.judge(
         JudgeRequest(
-            trace, (res if res is not None else research()) if with_research else None, comment, base_for(trace)
+            trace,
+            (res if res is not None else research()) if with_research else None,
+            comment,
+            base_for(trace),
         )
     )
 
@@ -274,7 +281,7 @@ async def test_valid_replies_give_verified_facts(server: OpenAIServer, client: o
         assert request.body["temperature"] == 0
         assert request.headers["authorization"] == "Bearer test"
     assert judge.name == "llm:judge-test"
-    assert re.fullmatch(r"containment-v2\+grounding-v1\+retry-v1@[0-9a-f]{8}", judge.prompt_version or "")
+    assert re.fullmatch(r"containment-v3\+grounding-v2\+retry-v1@[0-9a-f]{8}", judge.prompt_version or "")
 
 
 @pytest.mark.anyio
@@ -322,6 +329,66 @@ async def test_nonce_differs_per_call(server: OpenAIServer, client: openai.Async
     await run(judge)
     await run(judge)
     assert len({_nonce(r.body) for r in server.requests}) == 4
+
+
+def _prefix(request: Recorded) -> str:
+    """What comes before the user message, as a server caches it: the reply schema, then the system
+    message."""
+    return json.dumps(request.body["response_format"]) + "\n" + request.system
+
+
+@pytest.mark.anyio
+async def test_the_prompt_prefix_is_byte_identical_across_traces_while_each_nonce_differs(
+    server: OpenAIServer, client: openai.AsyncOpenAI
+) -> None:
+    judge = make_judge(client)
+    other = make_trace(
+        question="Why does my pipeline run stay pending?",
+        answer="Check the `ServiceAccount` of the run.",
+        passages=[Passage(id="R1", collection="docs", title="Runs", text="A run waits for its pods.")],
+    )
+    await run(judge)
+    await run(judge, other, [], comment="pending forever")
+    nonces = [_nonce(r.body) for r in server.requests]
+    assert len(set(nonces)) == len(nonces) == 4
+    for kind in ("containment", "grounding"):
+        first, second = server.of_kind(kind)
+        # the same bytes up to the user message: schema, instructions, catalogue, reply format
+        assert _prefix(first) == _prefix(second)
+        assert [m["role"] for m in first.messages] == ["system", "user"]
+        # the data differs, and the first thing that does is the nonce, in the user message's first line
+        assert first.user != second.user
+        header = first.user.splitlines()[0]
+        assert header.index(_nonce(first.body)) == first.user.index(_nonce(first.body))
+        assert _nonce(first.body) not in _prefix(first) and _nonce(second.body) not in _prefix(second)
+    # the containment calls asked about different sets (R and S; then R only): said after the prefix
+    a_first, a_second = server.of_kind("containment")
+    assert "passage sets to judge: retrieved, research;" in a_first.user.splitlines()[0]
+    assert "passage sets to judge: retrieved;" in a_second.user.splitlines()[0]
+
+
+@pytest.mark.anyio
+async def test_cached_prompt_tokens_are_counted_from_the_server_s_usage() -> None:
+    """The stand-in caches prompts as OpenAI does (1,024 tokens at least, 128 at a time): from the
+    second call of a kind on, the shared prefix is served from the cache, and the judge counts what
+    the server says (`usage.prompt_tokens_details.cached_tokens`)."""
+    with OpenAIServer(responder=honest, estimate_tokens=True, prompt_cache=True) as server:
+        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test") as client:
+            judge = make_judge(client, concurrency=1)
+            await run(judge)
+            first = judge.usage.model_copy()
+            await run(judge)
+            await run(judge)
+    assert first.calls == 2 and first.cached_input_tokens == 0  # nothing cached yet
+    usage = judge.usage
+    prefixes = {
+        kind: len(_prefix(server.of_kind(kind)[0]).encode()) // 4 for kind in ("containment", "grounding")
+    }
+    # four calls since, each with its kind's prefix cached (in 128-token steps, never beyond the prefix)
+    cached = usage.cached_input_tokens
+    assert 4 * 1024 <= cached <= 2 * sum(prefixes.values())
+    assert cached % 128 == 0 and usage.batch_calls == 0
+    assert judge.usage_by_trace["t1"].cached_input_tokens == cached
 
 
 # --- what the trace proves is not asked ---------------------------------------------------------
@@ -410,7 +477,12 @@ async def test_a_component_outside_the_catalogue_is_discarded_and_the_layer_fact
 ) -> None:
     """A sound containment reply naming an unknown component is not retried nor rejected: the
     pick is dropped (logged, noted in the evidence) and the containment facts are kept."""
-    no = {"reasoning": "nothing about compiling", "verdict": "no_answer", "confidence": "high", "evidence": []}
+    no = {
+        "reasoning": "nothing about compiling",
+        "verdict": "no_answer",
+        "confidence": "high",
+        "evidence": [],
+    }
     reply = containment_reply(retrieved=no, component="kfp-magic")
     del reply["research"]  # the re-search found nothing: only the agent's set is asked
     server.enqueue(reply, kind="containment")
@@ -884,7 +956,7 @@ def test_templates_are_strict() -> None:
     import jinja2
 
     with pytest.raises(jinja2.UndefinedError):
-        prompts.render("grounding_system.j2", product="Kubeflow")  # no nonce
+        prompts.render("grounding_user.j2", question="", tool_calls=[], passages=[], answer="")  # no nonce
 
 
 def test_a_block_normalises_its_texts_once_for_all_the_quotes_that_cite_it() -> None:

@@ -35,9 +35,8 @@ from triage.cli import cli
 from triage.domain.config import IndexFolder
 from triage.errors import ConfigError, SearchError
 from triage.reading.passages import json_hits
-from triage.search.index import Index
+from triage.search.index import Index, build_server, format_results
 from triage.search.mcp_client import MCP_RETRY, McpSearcher, parse_result, passages_from_output
-from triage.search.mcp_server import build_server, format_results
 from triage.sources.store import Store
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

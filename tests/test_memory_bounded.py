@@ -30,8 +30,8 @@ from tests.factories import NOW, trace_line
 from triage.domain.outcome import Entry, RunResult
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace, Vote
-from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
+from triage.engine.stream import RunOptions
 from triage.judges import llm_replies as replies
 from triage.judges import offline_text as text_module
 from triage.judges.llm import LLMJudge
@@ -40,7 +40,7 @@ from triage.search.local import Researcher
 from triage.search.mcp_client import McpSearcher
 from triage.settings import load_config
 from triage.sources.langfuse.backend import LangfuseBackend
-from triage.sources.langfuse.scores import SCORES_PAGE, ScoreReads
+from triage.sources.langfuse.reads import SCORES_PAGE, ScoreReads
 from triage.sources.langfuse.wire import ScoreRow
 
 COMPONENTS = load_config().components

@@ -15,8 +15,8 @@ from triage.domain.outcome import RunResult, Shard
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Passage, Usage, WriteOutcome
 from triage.domain.scores import ScoreBody
-from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
+from triage.engine.stream import RunOptions
 from triage.errors import ConfigError, JudgeError, SearchError
 from triage.judges.heuristic import HeuristicJudge
 from triage.search.index import Index

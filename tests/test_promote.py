@@ -20,15 +20,14 @@ from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.factories import trace_line
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
 from triage.cli import cli
-from triage.domain.datasets import DatasetItem, regression_item_id
 from triage.domain.records import Layer
 from triage.domain.scores import score_id
+from triage.domain.worklist import DatasetItem, regression_item_id
 from triage.errors import ExitCode
+from triage.regression import EXPECTATIONS, PromoteOptions, promote_from
 from triage.settings import load_config
 from triage.sinks.exports import DatasetFile, render_promote
 from triage.sources.store import Store
-from triage.worklist.cases import EXPECTATIONS
-from triage.worklist.promote import PromoteOptions, promote_from
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 DOCS = "https://www.kubeflow.org/docs/components/pipelines/user-guides/core-functions/"

@@ -20,10 +20,10 @@ from tests.test_langfuse_cli import thumbs_down
 from tests.test_langfuse_spec import validate
 from triage.calibration.queue import choose, sample_key, score_config_specs
 from triage.cli import cli
-from triage.domain.calibration import Decision
 from triage.domain.config import CalibrationConfig
 from triage.domain.records import Evidence, Facts, Layer
-from triage.domain.rule import decide, verdict_confidence
+from triage.domain.review import Decision
+from triage.domain.rule import decide, verdict_confidence, walk
 from triage.domain.scores import ScoreBody, score_id
 from triage.errors import ConfigError
 
@@ -203,7 +203,12 @@ def test_queue_twice_queues_nothing_new_and_every_exchange_matches_the_spec(open
         sent = posts(server)
         assert not [path for path, _ in sent if path == "/api/public/scores"]
         item_bodies = [body for path, body in sent if path.endswith("/items")]
-        assert item_bodies == [{"objectId": t, "objectType": "TRACE"} for t in sorted(items)]
+        # suggestions first (the two low-confidence verdicts), then the sure ones, each by trace id
+        order = sorted(LOW) + sorted(set(items) - LOW)
+        assert item_bodies == [{"objectId": t, "objectType": "TRACE"} for t in order]
+        assert "suggestions first: 2 suggestions, " in first.output
+        listed = [line[2:].split(":")[0] for line in first.output.splitlines() if line.startswith("- ")]
+        assert listed == order
         queue_body = next(body for path, body in sent if path == "/api/public/annotation-queues")
         assert not any(layer.value in json.dumps(queue_body) for layer in Layer)
         first_log = list(server.log)
@@ -344,6 +349,16 @@ def test_verdicts_written_by_triage_feedback_are_what_queue_reads() -> None:
         items = set(queued(server))
         assert low <= items
         assert len(items) <= len(low) + 2 * len(layers)
+        # each verdict's metadata says whether it is sure, as its facts' path does; the queue
+        # lists the suggestions first
+        sure = {}
+        for r in rows:
+            facts = Facts.model_validate(r["metadata"]["facts"])
+            assert r["metadata"]["sure"] is walk(facts).sure
+            assert r["metadata"]["certainty"] == ("sure" if walk(facts).sure else "suggestion")
+            sure[r["traceId"]] = r["metadata"]["sure"]
+        order = queued(server)
+        assert order == sorted(order, key=lambda t: (sure[t], t))
 
 
 def test_without_langfuse_queue_is_a_configuration_error() -> None:
@@ -445,3 +460,45 @@ def test_config_names_langfuse_would_refuse_fail_before_any_call() -> None:
         score_config_specs(CalibrationConfig(fact_scores={"answer_grounded": "grounded?"}))
     with pytest.raises(ConfigError, match="repeat"):
         score_config_specs(CalibrationConfig(fact_scores={"answer_grounded": "human_layer"}))
+
+
+def test_suggestions_are_queued_before_sure_verdicts() -> None:
+    """A verdict is sure only when every judged fact its layer rests on is `high`; the queue puts
+    the suggestions first (a medium fact anywhere on the rule's path makes one), each group in trace
+    id order, whatever the order the verdicts came in."""
+    decisions = [
+        decision("a-sure", Layer.RETRIEVAL),
+        decision("b-medium", Layer.OK, confidence="medium"),
+        decision("c-sure", Layer.CONTENT_GAP_HANDLED),
+        decision("d-low", Layer.GENERATION, confidence="low"),
+        decision("e-skipped", Layer.AGENT_SKIPPED_RETRIEVAL, confidence="low"),  # reads no judged fact
+        Decision(trace_id="f-unreadable", layer=Layer.OK, facts=None),
+    ]
+    picks, _, _ = choose(decisions, set(), 10)
+    assert [(p.trace_id, p.sure) for p in picks] == [
+        ("b-medium", False),
+        ("d-low", False),
+        ("f-unreadable", False),
+        ("a-sure", True),
+        ("c-sure", True),
+        ("e-skipped", True),
+    ]
+    again, _, _ = choose(list(reversed(decisions)), set(), 10)
+    assert again == picks
+    # one medium fact on the path is enough to make a suggestion; one off the path is not
+    facts = facts_for(Layer.RETRIEVAL)
+    off_path = facts.model_copy(
+        update={"answer_grounded": True, "evidence": {**facts.evidence, "answer_grounded": Evidence(confidence="low")}}
+    )
+    on_path = facts.model_copy(
+        update={"evidence": {**facts.evidence, "index_has_answer": Evidence(confidence="medium")}}
+    )
+    picks, _, _ = choose(
+        [
+            Decision(trace_id="x", layer=Layer.RETRIEVAL, facts=off_path, confidence=verdict_confidence(off_path)),
+            Decision(trace_id="y", layer=Layer.RETRIEVAL, facts=on_path, confidence=verdict_confidence(on_path)),
+        ],
+        set(),
+        2,
+    )
+    assert [(p.trace_id, p.sure) for p in picks] == [("y", False), ("x", True)]

@@ -16,8 +16,7 @@ import httpx
 import pytest
 import uvicorn
 
-from triage.domain.config import TriageConfig
-from triage.domain.relay import DeclaredScore, RelayConfig, ScoreSource
+from triage.domain.config import DeclaredScore, RelayConfig, ScoreSource, TriageConfig
 from triage.relay.access import issue_token
 from triage.relay.api import Credentials, RelayApp
 from triage.relay.outbox import Sink, StoreSink

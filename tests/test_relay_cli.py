@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tests.test_relay import free_port
 from triage.app import DEMO_DIR
 from triage.cli import cli
-from triage.domain.relay import RelayConfig
+from triage.domain.config import RelayConfig
 from triage.errors import ExitCode
 from triage.settings import load_config
 

@@ -262,7 +262,7 @@ def test_a_full_outbox_is_503_and_readiness_shows_its_depth(tmp_path: Path, stan
 def test_the_declared_model_becomes_langfuse_score_configs(
     tmp_path: Path, standin: LangfuseStandIn, openapi: Any  # noqa: F811
 ) -> None:
-    from triage.domain.relay import DeclaredScore, ScoreSource
+    from triage.domain.config import DeclaredScore, ScoreSource
 
     # an existing config that differs from the model is left alone and not attached
     standin.add_score_config({"name": "issue_category", "dataType": "NUMERIC"})

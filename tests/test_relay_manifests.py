@@ -17,7 +17,7 @@ import click
 import pytest
 
 from tests.test_manifests import _load_checker
-from triage.cli.servers import relay
+from triage.cli import relay
 
 ROOT = Path(__file__).resolve().parents[1]
 Docs = list[dict[str, Any]]

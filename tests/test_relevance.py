@@ -13,7 +13,7 @@ from tests.test_llm_judge import base_for, make_judge
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Passage, ToolCall, Trace
 from triage.judges import prompts
-from triage.judges.llm_messages import (
+from triage.judges.llm_replies import (
     CAP_PASSAGE,
     CAP_TOOL_OUTPUT,
     MAX_PASSAGES,
@@ -23,7 +23,7 @@ from triage.judges.llm_messages import (
     shared_caps,
     tool_blocks,
 )
-from triage.reading.relevance import GAP, excerpt, most_relevant, terms
+from triage.reading.passages import GAP, excerpt, most_relevant, terms
 
 QUESTION = "How do I set a default namespace so I don't have to pass namespace= to every KFP SDK call?"
 ANSWER_PARA = (

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from triage.domain.outcome import Entry, Findings, RunResult, Skipped
 from triage.domain.records import Layer, Undecided
-from triage.domain.signatures import Night, Signature, Worklist
+from triage.domain.worklist import Night, Signature, Worklist
 from triage.sinks.report import md, render_report
 
 HOSTILE = (

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from triage.domain.records import Facts, Layer
-from triage.domain.rule import Undetermined, decide, explain
+from triage.domain.records import Evidence, Facts, Layer
+from triage.domain.rule import Undetermined, decide, explain, walk
 
 ANY = object()
 MISSING = "missing"
@@ -106,3 +106,57 @@ def test_reasons_name_the_deciding_fact() -> None:
     declined = facts.model_copy(update={"answer_grounded": True, "answer_declined": True})
     assert "declined" in explain(Layer.GENERATION, declined)
     assert "issues" in explain(Layer.TOOL_ROUTING, facts.model_copy(update={"answer_collection": "issues"}))
+
+
+def _stated(facts: Facts, **levels: str | None) -> Facts:
+    evidence = {name: Evidence(confidence=level) for name, level in levels.items()}  # type: ignore[arg-type]
+    return facts.model_copy(update={"evidence": evidence})
+
+
+HIGH = "high"
+
+
+DECIDED = [c for c in COMBOS if not expected(c).startswith(MISSING)]
+
+
+@pytest.mark.parametrize("combo", DECIDED, ids=lambda c: "-".join(map(str, c)))
+def test_a_verdict_is_sure_exactly_when_every_fact_on_its_path_is_high(combo: tuple[object, ...]) -> None:
+    """Sure or suggestion is read off the rule's own path: all judged facts high makes it sure; any
+    one of the facts the rule read at medium makes a suggestion; a fact the rule did not read, at
+    any level, changes nothing."""
+    facts = facts_of(combo)
+    judged = ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined")
+    path = walk(_stated(facts, **dict.fromkeys(judged, HIGH)))
+    assert path.sure and path.layer is not None
+    for name in judged:
+        lowered = walk(_stated(facts, **{**dict.fromkeys(judged, HIGH), name: "medium"}))
+        assert lowered.layer == path.layer
+        assert lowered.sure is (name not in path.read), (name, path.read)
+
+
+def test_sure_needs_a_stated_high_and_a_layer() -> None:
+    ok = Facts(
+        agent_searched=True,
+        agent_searched_collections=["docs"],
+        retrieved_has_answer=True,
+        answer_grounded=True,
+        answer_declined=False,
+    )
+    assert walk(_stated(ok, retrieved_has_answer=HIGH, answer_grounded=HIGH, answer_declined=HIGH)).sure
+    # a fact with no stated confidence has not earned `high`
+    assert not walk(_stated(ok, retrieved_has_answer=HIGH, answer_grounded=HIGH)).sure
+    assert not walk(_stated(ok, retrieved_has_answer=HIGH, answer_grounded=HIGH, answer_declined=None)).sure
+    # a missing fact: no layer, never sure, whatever the rest says
+    missing = ok.model_copy(update={"answer_grounded": None})
+    assert not walk(_stated(missing, retrieved_has_answer=HIGH, answer_grounded=HIGH, answer_declined=HIGH)).sure
+    # no search call: the trace proves the layer, no judged fact is read
+    assert walk(Facts(agent_searched=False)).sure
+    # the routing detail is not a judged fact: a routing verdict rests on the two containment facts
+    routed = Facts(
+        agent_searched=True,
+        agent_searched_collections=["docs"],
+        retrieved_has_answer=False,
+        index_has_answer=True,
+        answer_collection="issues",
+    )
+    assert walk(_stated(routed, retrieved_has_answer=HIGH, index_has_answer=HIGH)).sure

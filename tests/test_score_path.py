@@ -213,7 +213,7 @@ def test_members_are_one_person_whatever_the_spelling_end_users_keep_their_case(
 def test_promote_and_calibrate_treat_a_disguised_end_user_as_a_vote_not_a_review() -> None:
     from datetime import UTC, datetime
 
-    from triage.calibration.labels import labels_from_scores
+    from triage.calibration.calibrate import labels_from_scores
     from triage.domain.records import StoredScore
     from triage.settings import load_config
 
@@ -234,7 +234,7 @@ def test_promote_and_calibrate_treat_a_disguised_end_user_as_a_vote_not_a_review
 
 
 def test_a_text_score_longer_than_langfuse_takes_is_a_configuration_error(tmp_path: Path) -> None:
-    from triage.domain.relay import DeclaredScore
+    from triage.domain.config import DeclaredScore
 
     config = relay_config()
     scores = [s if s.name != "note" else DeclaredScore(name="note", data_type="TEXT", max_length=2000)

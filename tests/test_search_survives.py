@@ -43,11 +43,18 @@ from tests.factories import NOW, trace_line
 from tests.test_mcp import TOOLS, _free_port, _serve_command, _wait_for_port, needs_corpus
 from triage.cli import cli
 from triage.domain.records import Passage
-from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
+from triage.engine.stream import RunOptions
 from triage.errors import ConfigError, ExitCode, SearchError, SearchSuspended
-from triage.search.breaker import Admission, Breaker, BreakerPolicy, signature
-from triage.search.mcp_client import MCP_RETRY, McpSearcher, SearchFailed
+from triage.search.mcp_client import (
+    MCP_RETRY,
+    Admission,
+    Breaker,
+    BreakerPolicy,
+    McpSearcher,
+    SearchFailed,
+    signature,
+)
 from triage.settings import load_config
 from triage.sources.store import Store
 

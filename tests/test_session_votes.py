@@ -5,7 +5,7 @@ clicked, so the latest trace of the session that started at or before the vote's
 trace started after the vote answers a later question. Until such a trace has arrived the vote is
 pending and listed, like a turn that has not arrived. Before, such a vote was dropped as bad input.
 
-The rule (`domain.conversations.rated_trace`) is exercised the ways a night reaches it: the engine
+The rule (`domain.votes.rated_trace`) is exercised the ways a night reaches it: the engine
 on fakes, and `triage feedback` for real on the embedded store and on the Langfuse stand-in (each
 source orders a session's traces and gives their start times itself).
 """

@@ -20,8 +20,8 @@ from tests.doubles.langfuse_server import LangfuseStandIn
 from tests.factories import session_vote, trace_line
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
 from triage.cli import cli
-from triage.domain.conversations import FILTERS, TraceRef, group_conversations
 from triage.domain.records import Vote
+from triage.domain.votes import FILTERS, TraceRef, group_conversations
 from triage.sinks.exports import safe_cell
 from triage.sources.store import Store
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.test_evalset import ev
 from triage.domain.outcome import RunResult
-from triage.domain.signatures import (
+from triage.domain.worklist import (
     SIMILARITY,
     Member,
     Signature,
@@ -23,8 +23,8 @@ from triage.domain.signatures import (
     similarity,
     topic_terms,
 )
-from triage.engine.options import RunOptions
 from triage.engine.run import Sources, run_feedback
+from triage.engine.stream import RunOptions
 from triage.judges.replay import ReplayJudge
 from triage.settings import load_config
 from triage.sinks.report import render_report, write_issue_drafts

@@ -15,36 +15,41 @@ import shlex
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triage.calibration.calibrate import CalibrateOptions, calibrate_from
-from triage.calibration.queue import QueueOptions, QueueResult, run_queue
-from triage.domain.calibration import CalibrationReport
-from triage.domain.config import IndexFolder, TriageConfig
-from triage.domain.conversations import ConversationList
-from triage.domain.datasets import DatasetSink, PromoteResult
+from triage.calibration.calibrate import CalibrateOptions, calibrate_from, judge_measures, record_measures
+from triage.calibration.queue import QueueOptions, QueueResult, VotesOptions, list_conversations, run_queue
+from triage.check import CheckOptions, CheckRequest, default_run_name, run_check
+from triage.domain.checks import Agent, CheckJudge, CheckResult
+from triage.domain.config import AgentEndpointConfig, IndexFolder, TriageConfig
+from triage.domain.kernel import window as kernel_window
 from triage.domain.outcome import RunResult
-from triage.domain.ports import Backend, Judge, Searcher
-from triage.engine.options import RunOptions
-from triage.engine.run import Sources, run_feedback
-from triage.errors import ConfigError, TriageError
+from triage.domain.ports import Backend, DatasetRuns, Judge, ReleaseSource, Searcher, TraceSource
+from triage.domain.records import Layer
+from triage.domain.releases import ALPHA, Per, ReleaseWindow
+from triage.domain.review import CALIBRATION_DATASET, CalibrationReport, JudgeMeasure, measure_of
+from triage.domain.votes import ConversationList
+from triage.domain.worklist import DatasetItem, DatasetSink, PromoteResult
+from triage.engine.run import Sources, gather_releases, run_feedback
+from triage.engine.stream import RunOptions
+from triage.errors import ConfigError, SourceError, TriageError
 from triage.judges.heuristic import HeuristicJudge
 from triage.redact import logging_to_file
-from triage.retry import Budget
+from triage.regression import PromoteOptions, promote_from
+from triage.retry import Budget, current_clock
 from triage.search.index import Index
 from triage.search.local import LocalSearcher
 from triage.settings import Settings, load_config
 from triage.sources.export_file import vote_shift
 from triage.sources.store import Store
-from triage.worklist.promote import PromoteOptions, promote_from
-from triage.worklist.votes import VotesOptions, list_conversations
 
 if TYPE_CHECKING:
     from triage.calibration.evaluate import EvalJob, EvalOptions, EvalSet
-    from triage.domain.calibration import EvalReport
+    from triage.domain.review import EvalReport
+    from triage.judges.batch_rounds import BatchCollector
 
 log = logging.getLogger("triage")
 
@@ -72,11 +77,13 @@ def run_demo(config: TriageConfig, options: RunOptions, store_path: Path) -> Run
     with Store(store_path) as store:
         store.import_file(traces_file, shift=demo_shift(traces_file, options.now))
         searcher = LocalSearcher(Index.from_folders(demo_index_folders()))
-        return asyncio.run(
+        result = asyncio.run(
             run_feedback(
                 sources=Sources.of(store), judge=HeuristicJudge(), config=config, options=options, searcher=searcher
             )
         )
+        result.judge_measure = judge_measure_of(store, result.judge)
+        return result
 
 
 @dataclass(frozen=True)
@@ -101,9 +108,16 @@ class Triage:
     def feedback(self, options: RunOptions, judge: str | None = None) -> RunResult:
         """`triage feedback`: every thumbs-down in the window, through `judge` (a `--judge` spec)."""
         settings, config = self.settings, self.config
-        # one budget for the run's waiting on outside systems; SIGTERM spends it at once
-        budget = Budget(settings.triage_retry_budget_seconds)
-        chosen = make_judge(judge, settings, config, budget)
+        collector, waiting = batch_collector(settings) if options.batch_mode else (None, None)
+        # one budget for the run's waiting on outside systems; SIGTERM spends it at once. Batch mode
+        # waits for its batches first: the budget counts from their deadline
+        budget = Budget(_plus(settings.triage_retry_budget_seconds, waiting))
+        chosen = make_judge(judge, settings, config, budget, batch=collector)
+        if collector is not None and not collector.attached:
+            log.info("--batch: judge %s makes no model call; nothing to batch", chosen.name)
+            collector = None
+        elif collector is not None:  # the window's traces at once (up to the cap): their calls share a round
+            options = replace(options, concurrency=max(options.concurrency, collector.traces_at_once))
         with open_backend(settings, budget) as backend:
             searcher = make_searcher(settings, config, budget) if chosen.needs_research else None
 
@@ -116,11 +130,19 @@ class Triage:
                         options=options,
                         searcher=searcher,
                         budget=budget,
+                        flight=collector,
                     )
                 finally:
                     await chosen.aclose()
 
-            return asyncio.run(run())
+            result = asyncio.run(run())
+            if result.usage.calls:  # the model judge's client is loaded: its prices are at hand
+                from triage.judges.batching import cached_input_price
+
+                result.cached_input_price = cached_input_price(settings.triage_judge_model, result.input_price)
+            result.judge_measure = judge_measure_of(backend, result.judge)
+            result.requests = backend.stats.requests  # that read too
+            return result
 
     def demo(self, options: RunOptions, store: Path | None = None) -> RunResult:
         """`triage demo`: the job on a fresh embedded store (at `store`, else a temporary file)
@@ -142,7 +164,7 @@ class Triage:
     ) -> None:
         """`triage index serve`: the embedded index over `folders` (else the configuration's, else the
         demo's) as an MCP server, until interrupted."""
-        from triage.search.mcp_server import serve
+        from triage.search.index import serve
 
         built = Index.from_folders(list(folders) or self.config.index or demo_index_folders())
         where = "stdio" if stdio else f"http://{host}:{port}/mcp"
@@ -152,11 +174,15 @@ class Triage:
     # -- review: calibration, evaluation, the annotation queue -------------------------------
 
     def calibrate(self, options: CalibrateOptions) -> CalibrationReport:
-        """`triage calibrate`: the store is opened only when it is read."""
+        """`triage calibrate`: the store is opened only when it is read, or written (`--write`:
+        each judge's agreement recorded where the night reads it, `record_measures`)."""
         if not options.needs_store:
             return calibrate_from(None, self.config, options)
         with open_backend(self.settings, self._budget(), reads_only=True) as backend:
-            return calibrate_from(backend, self.config, options, link=backend.trace_url)
+            report = calibrate_from(backend, self.config, options, link=backend.trace_url)
+            if options.write:
+                record_judge_measures(backend, judge_measures(report, options, self.config.rule_version))
+            return report
 
     def eval(self, eval_set: EvalSet, options: EvalOptions) -> EvalReport:
         """`triage eval`: each judge through this application's `feedback`, in this process, on a
@@ -183,7 +209,7 @@ class Triage:
             except TriageError as ex:
                 log.error("%s", ex, extra={"event": "error", "exit_code": int(ex.exit_code)})
                 raise
-            except Exception as ex:  # a crash fails this judge's run, as it failed its process
+            except Exception as ex:  # a crash fails this judge's run alone: eval lists it and goes on
                 log.exception("unexpected failure", extra={"event": "crash"})
                 raise TriageError(f"unexpected failure: {type(ex).__name__}: {ex}") from ex
 
@@ -228,6 +254,114 @@ class Triage:
         """`triage votes`: the window's conversations and their votes."""
         with open_backend(self.settings, self._budget(), reads_only=True) as backend:
             return list_conversations(backend, backend, self.config.scores.vote, options)
+
+    def releases(self, options: ReleasesOptions) -> ReleaseWindow:
+        """`triage releases`: each release of the window against the one before it, and the gate
+        between two named ones (`engine.run.gather_releases`). With neither Langfuse keys nor an
+        embedded store (TRIAGE_STORE unset, none at the default path): the bundled demo's."""
+        settings = self.settings
+        if not settings.uses_langfuse and settings.triage_store is None and not default_store_path().exists():
+            return self.releases_demo(options)
+        start, end = kernel_window(
+            options.now, options.since_hours, lag_minutes=self.config.window.lag_minutes
+        )
+        with open_backend(self.settings, self._budget(), reads_only=True) as backend:
+            if not isinstance(backend, ReleaseSource):  # cannot happen: both backends are one
+                raise ConfigError("this backend cannot count answers per release")
+            shown = gather_releases(
+                backend, backend, backend, self.config, start, end, alpha=options.alpha, per=options.per,
+                gate_pair=options.gate_pair,
+            )  # fmt: skip
+            log.info(
+                "releases: %d in the window, %d flagged; %d backend requests",
+                len(shown.watch.releases),
+                len(shown.watch.flagged),
+                backend.stats.requests,
+                extra={"event": "releases", "requests": backend.stats.requests},
+            )
+            return shown
+
+    def releases_demo(self, options: ReleasesOptions) -> ReleaseWindow:
+        """`triage releases` on embedded defaults: a temporary demo store as `triage demo --write`
+        leaves it (two releases, the second with every retrieval failure)."""
+        log.info("releases: no Langfuse keys and no embedded store: the bundled demo's releases",
+                 extra={"event": "releases_demo"})  # fmt: skip
+        config = load_config()  # the demo's data fits the built-in configuration
+        start, end = kernel_window(options.now, options.since_hours, lag_minutes=config.window.lag_minutes)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "demo.sqlite"
+            run_demo(config, RunOptions(since_hours=24, write=True, now=options.now), path)
+            with Store(path) as store:
+                shown = gather_releases(
+                    store, store, store, config, start, end, alpha=options.alpha, per=options.per,
+                    gate_pair=options.gate_pair,
+                )  # fmt: skip
+        return shown.model_copy(update={"counted_by": "the bundled demo's embedded store (no Langfuse keys, no store)"})
+
+    # -- checking a fix: the agent on its regression cases -------------------------------------
+
+    def check(self, request: CheckRequest) -> CheckResult:
+        """`triage check`: the agent on every case of the dataset (Langfuse when its keys are set,
+        else the embedded store), judged, written back as a dataset run. With neither Langfuse nor an
+        agent configured: the bundled demo (`check_demo`)."""
+        settings, config = self.settings, self.config
+        endpoint = agent_endpoint(config.agent_endpoint, request)
+        if endpoint is None:
+            if not settings.uses_langfuse:
+                return self.check_demo(request)
+            raise ConfigError(
+                "triage check needs the agent to check: an [agent_endpoint] table in the configuration, "
+                "or --agent-url / --agent-command"
+            )
+        options = check_options(config, request, target="")
+        budget = self._budget()
+        with open_backend(settings, budget, reads_only=True) as backend:
+            if not isinstance(backend, DatasetSink) or not isinstance(backend, DatasetRuns):
+                raise ConfigError("this backend holds no datasets")  # cannot happen: both do
+            target = f"Langfuse {settings.langfuse_base_url}" if settings.uses_langfuse else "the embedded store"
+            items = backend.dataset_items(options.dataset)
+            traces: TraceSource | None = backend if settings.uses_langfuse else None
+            judge = make_check_judge(request.judge, settings, config, budget)
+            from triage.sources.agents import make_agent
+
+            agent = make_agent(
+                endpoint,
+                tools=config.tools,
+                timeout=request.timeout or config.check.timeout_seconds,
+                attempts=config.check.attempts,
+            )
+            return _run_check(items, agent, judge, backend, replace(options, target=target), config, traces)
+
+    def check_demo(self, request: CheckRequest) -> CheckResult:
+        """`triage check` on embedded defaults: a temporary demo store as `triage demo --write` leaves
+        it, its triaged traces promoted to regression cases (every layer), and the demo agent
+        (`triage.search.agent.DemoAgent`) over the demo index."""
+        from triage.search.agent import DemoAgent
+
+        config = load_config()  # the demo's data fits the built-in configuration
+        config = config.model_copy(update={"check": self.config.check})
+        options = check_options(config, request, target="the demo's embedded store (temporary)")
+        log.info(
+            "check: no Langfuse keys and no agent configured: checking the bundled demo's regression cases "
+            "with the demo agent",
+            extra={"event": "check_demo"},
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "demo.sqlite"
+            run_demo(config, RunOptions(since_hours=24, write=True, now=request.now), path)
+            with Store(path) as store:
+                layers = tuple(layer.value for layer in Layer)
+                promote_from(
+                    store,
+                    store,
+                    store,
+                    config,
+                    PromoteOptions(dataset=options.dataset, layers=layers, now=request.now),
+                    target="the demo's embedded store",
+                )
+                agent = DemoAgent(Index.from_folders(demo_index_folders()), config.tools)
+                judge = make_check_judge(request.judge, self.settings, config, self._budget())
+                return _run_check(store.dataset_items(options.dataset), agent, judge, store, options, config, None)
 
     # -- the feedback service ----------------------------------------------------------------
 
@@ -306,6 +440,56 @@ class Triage:
 # -- the parts, chosen by the settings ---------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ReleasesOptions:
+    """`triage releases`: the window, the test's level and denominator, the gate's two releases."""
+
+    since_hours: float = 24.0 * 7
+    candidate: str | None = None
+    baseline: str | None = None
+    alpha: float = ALPHA
+    per: Per = "answers"
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def gate_pair(self) -> tuple[str, str] | None:
+        return (self.candidate, self.baseline) if self.candidate and self.baseline else None
+
+
+def judge_measure_of(backend: object, judge: str) -> JudgeMeasure | None:
+    """The last `triage calibrate --write` measurement of `judge` in the backend's datasets; None
+    (unmeasured) when there is none, or when it cannot be read (logged: the report still goes out)."""
+    if not isinstance(backend, DatasetSink):
+        return None
+    try:
+        return measure_of(backend.dataset_items(CALIBRATION_DATASET), judge)
+    except SourceError as ex:
+        log.warning("the judge's calibration could not be read: %s", ex, extra={"event": "calibration_unavailable"})
+        return None
+
+
+def record_judge_measures(backend: object, measures: Sequence[JudgeMeasure]) -> None:
+    """`triage calibrate --write`: each judge's measurement into the backend's datasets."""
+    if not isinstance(backend, DatasetSink):
+        raise ConfigError("this backend cannot hold datasets, so --write has nowhere to record the agreement")
+    if not measures:
+        log.warning("nothing recorded: no layer label was compared with a decision that names its judge",
+                    extra={"event": "calibration_not_recorded"})  # fmt: skip
+        return
+    outcome = record_measures(backend, measures)
+    if outcome.failed:
+        raise SourceError(f"the calibration was not recorded: {next(iter(outcome.failed.values()))}")
+    for measure in measures:
+        log.info(
+            "recorded for the night: judge %s, layer kappa %s on %d labels (dataset %s)",
+            measure.judge,
+            "undefined" if measure.kappa is None else f"{measure.kappa:.2f}",
+            measure.labels,
+            CALIBRATION_DATASET,
+            extra={"event": "calibration_recorded", "judge": measure.judge},
+        )
+
+
 def _langfuse_keys(settings: Settings) -> tuple[str, str]:
     """Both Langfuse keys, or the configuration error that names the missing one (exit 3)."""
     if not settings.langfuse_public_key or not settings.langfuse_secret_key:
@@ -356,9 +540,16 @@ def make_searcher(
     return LocalSearcher(Index.from_folders(config.index or demo_index_folders()))
 
 
-def make_judge(spec: str | None, settings: Settings, config: TriageConfig, budget: Budget | None = None) -> Judge:
+def make_judge(
+    spec: str | None,
+    settings: Settings,
+    config: TriageConfig,
+    budget: Budget | None = None,
+    batch: BatchCollector | None = None,
+) -> Judge:
     """The judge `spec` names in the registry (`triage.judges.JUDGES`: `heuristic`, `llm`, `cascade`,
-    `replay:FILE`); by default `llm` when a model is configured."""
+    `replay:FILE`); by default `llm` when a model is configured. `batch`: a model judge asks its
+    calls through this collector (`--batch`)."""
     from triage import judges
 
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
@@ -368,5 +559,99 @@ def make_judge(spec: str | None, settings: Settings, config: TriageConfig, budge
         base_url=settings.openai_base_url,
         api_key=api_key,
         budget=budget,
+        batch=batch,
     )
     return judges.build(spec, setup)
+
+
+def batch_collector(settings: Settings) -> tuple[BatchCollector, float]:
+    """`--batch`: the collector of the run's model calls, its rounds polled until
+    TRIAGE_BATCH_DEADLINE_SECONDS from now; and that many seconds."""
+    from triage.judges.batch_rounds import BatchCollector
+
+    seconds = settings.triage_batch_deadline_seconds
+    return BatchCollector(deadline=current_clock().now() + timedelta(seconds=seconds)), seconds
+
+
+def _plus(seconds: float | None, more: float | None) -> float | None:
+    return None if seconds is None else seconds + (more or 0.0)
+
+
+# -- triage check's parts ------------------------------------------------------------------------
+
+
+def agent_endpoint(configured: AgentEndpointConfig | None, request: CheckRequest) -> AgentEndpointConfig | None:
+    """The agent to check: `[agent_endpoint]`, with `--agent-url` or `--agent-command` over it; None
+    when neither says one. A problem in it is a configuration error (exit 3)."""
+    endpoint = configured
+    if request.agent_command:
+        try:
+            argv = shlex.split(request.agent_command)
+        except ValueError as ex:
+            raise ConfigError(f"--agent-command cannot be read: {ex}") from None
+        base = endpoint if endpoint is not None and endpoint.kind == "command" else AgentEndpointConfig(kind="command")
+        endpoint = base.model_copy(update={"command": argv})
+    elif request.agent_url:
+        base = endpoint if endpoint is not None and endpoint.kind != "command" else AgentEndpointConfig()
+        endpoint = base.model_copy(update={"url": request.agent_url})
+    if endpoint is None:
+        return None
+    problems = endpoint.problems()
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return endpoint
+
+
+def check_options(config: TriageConfig, request: CheckRequest, *, target: str) -> CheckOptions:
+    """The run's options: the command line's, else `[check]`'s."""
+    defaults = config.check
+    return CheckOptions(
+        dataset=request.dataset or defaults.dataset,
+        run_name=request.run_name or default_run_name(request.now),
+        now=request.now,
+        concurrency=request.concurrency or defaults.concurrency,
+        min_pass=request.min_pass if request.min_pass is not None else defaults.min_pass,
+        trace_wait=defaults.trace_wait_seconds,
+        target=target,
+    )
+
+
+def make_check_judge(
+    name: str | None, settings: Settings, config: TriageConfig, budget: Budget | None = None
+) -> CheckJudge:
+    """The check judge `name` names (`triage.judges.expectations.CHECK_JUDGES`: `offline`, `llm`); by
+    default `llm` when a model is configured, else `offline`."""
+    from triage import judges
+    from triage.judges.expectations import CHECK_JUDGES
+
+    chosen = name or ("llm" if settings.triage_judge_model else "offline")
+    factory = CHECK_JUDGES.get(chosen)
+    if factory is None:
+        raise ConfigError(f"unknown check judge {chosen!r}: use {' or '.join(CHECK_JUDGES)}")
+    api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    setup = judges.JudgeSetup(
+        config=config, model=settings.triage_judge_model, base_url=settings.openai_base_url, api_key=api_key,
+        budget=budget,
+    )  # fmt: skip
+    return factory(setup)
+
+
+def _run_check(
+    items: dict[str, DatasetItem],
+    agent: Agent,
+    judge: CheckJudge,
+    runs: DatasetRuns,
+    options: CheckOptions,
+    config: TriageConfig,
+    traces: TraceSource | None,
+) -> CheckResult:
+    async def run() -> CheckResult:
+        try:
+            return await run_check(
+                items, agent=agent, judge=judge, runs=runs, options=options, tools=config.tools, traces=traces
+            )
+        finally:
+            await agent.aclose()
+            await judge.aclose()
+
+    return asyncio.run(run())

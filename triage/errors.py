@@ -20,7 +20,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """The process's exit codes: the CronJob's contract, documented in the README."""
+    """The process's exit codes: the CronJob's contract, documented in docs/operations.md."""
 
     #: done; bad-input traces and session votes whose turn has not arrived are listed, not errors
     OK = 0
@@ -36,6 +36,10 @@ class ExitCode(IntEnum):
     NOT_WRITTEN = 5
     #: `triage calibrate --min-kappa K`: the layer kappa's lower bound is below K (or undefined)
     BELOW_GATE = 6
+    #: a release pipeline's gate: `triage check` (a case that passed in the previous run fails now, or
+    #: the pass rate is under --min-pass) or `triage releases --candidate` (worse than the baseline
+    #: beyond chance)
+    REGRESSED = 7
 
     @property
     def label(self) -> str:
@@ -51,6 +55,7 @@ _LABELS = {
     ExitCode.DEGRADED: "degraded (some traces undecided)",
     ExitCode.NOT_WRITTEN: "scores not confirmed as written",
     ExitCode.BELOW_GATE: "calibrate: agreement below --min-kappa",
+    ExitCode.REGRESSED: "check or release gate: worse than before",
 }
 
 
@@ -90,7 +95,7 @@ class SearchError(SourceError):
 
 class SearchSuspended(SearchError):
     """A search not made: its collection's backend failed the same way several times in a row, so
-    the searcher stops asking it for a while (`triage.search.breaker`)."""
+    the searcher stops asking it for a while (`triage.search.mcp_client`)."""
 
     def __init__(self, collection: str, reason: str) -> None:
         super().__init__(reason)

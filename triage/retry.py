@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 from tenacity import (
@@ -190,9 +191,10 @@ class RetryPolicy:
     attempts: int | None = 4
     #: seconds from the first attempt after which no retry starts; None: no deadline
     deadline: float | None = None
-    #: first back-off (seconds); each later one doubles, up to `maximum`
+    #: first back-off (seconds); each later one `factor` times the one before (doubles), up to `maximum`
     initial: float = 0.5
     maximum: float = 30.0
+    factor: float = 2.0
     #: random extra of up to this many seconds per wait, so a burst of 429s does not retry in step;
     #: None: as much as `initial`
     jitter: float | None = None
@@ -206,12 +208,14 @@ class RetryPolicy:
     def with_(self, **changes: Any) -> RetryPolicy:
         return replace(self, **changes)
 
-    def wait_for(self, state: RetryCallState, asked: float | None) -> float:
+    def backoff(self, attempt: int, asked: float | None = None) -> float:
+        """Seconds to wait after the `attempt`-th failed attempt (1: the first): what the server
+        `asked` (its Retry-After, cut to `max_retry_after`), else the exponential back-off."""
         if asked is not None:
             return asked if self.max_retry_after is None else min(asked, self.max_retry_after)
         # exponential back-off with additive jitter (the shape tenacity's wait_exponential_jitter has)
         jitter = self.initial if self.jitter is None else self.jitter
-        backoff: float = self.initial * 2 ** min(state.attempt_number - 1, 64)  # capped: no float overflow
+        backoff: float = self.initial * self.factor ** min(attempt - 1, 64)  # capped: no overflow (factor < 2**16)
         return min(backoff + random.uniform(0, jitter), self.maximum)
 
     def _options(
@@ -225,7 +229,7 @@ class RetryPolicy:
             error = state.outcome.exception() if state.outcome else None
             headers = asked(error) if asked and error is not None else None
             # an HTTP date is measured on the policy's clock, like every other wait
-            return self.wait_for(state, retry_after(headers, now=clock.now()))
+            return self.backoff(state.attempt_number, retry_after(headers, now=clock.now()))
 
         stop: stop_base = stop_never if self.attempts is None else stop_after_attempt(self.attempts)
         if self.deadline is not None:
@@ -263,6 +267,10 @@ class RetryPolicy:
     ) -> AsyncRetrying:
         """The same loop for coroutines: `async for attempt in policy.async_retrying(...)`."""
         clock = self.clock or current_clock()
-        budget = self.budget
-        sleep = clock.async_sleep if budget is None else (lambda seconds: budget.async_sleep(clock, seconds))
+        sleep = partial(async_sleep, clock, self.budget)
         return AsyncRetrying(sleep=sleep, **self._options(clock, retryable, retry_after, before_sleep))
+
+
+def async_sleep(clock: Clock, budget: Budget | None, seconds: float) -> Awaitable[None]:
+    """Wait `seconds` on `clock`, ending early once `budget` (when there is one) is cancelled."""
+    return clock.async_sleep(seconds) if budget is None else budget.async_sleep(clock, seconds)

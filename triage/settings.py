@@ -44,7 +44,7 @@ _KEYS = (
 
 
 class Settings(BaseSettings):
-    """Every environment variable triage reads. See the README's "Settings" table."""
+    """Every environment variable triage reads. See the "Settings" table of docs/operations.md."""
 
     # an empty variable (as a ConfigMap may leave it) means unset
     model_config = SettingsConfigDict(
@@ -78,6 +78,14 @@ class Settings(BaseSettings):
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
     triage_judge_model: str | None = None
+    triage_batch_deadline_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        le=86400,
+        description="`triage feedback --batch`: how long after the run's start the Batch API is polled; "
+        "what is left then is sent directly. Keep it well below the CronJob's activeDeadlineSeconds "
+        "(7200 in cronjob.yaml), which must also hold the direct calls, the writes and a retry",
+    )
 
     triage_mcp_url: str | None = None
     triage_mcp_token: SecretStr | None = None

@@ -72,9 +72,9 @@ COPY_LINE_CHARS = 120
 
 
 def _layer_expectations() -> dict[str, str]:
-    """The layer -> sentence map of triage.worklist.cases, when the project is importable."""
+    """The layer -> sentence map of triage.regression, when the project is importable."""
     try:
-        from triage.worklist.cases import EXPECTATIONS
+        from triage.regression import EXPECTATIONS
     except Exception:  # the project is not installed: the check is skipped
         return {}
     return {str(layer.value): sentence for layer, sentence in EXPECTATIONS.items()}

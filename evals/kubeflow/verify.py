@@ -5,7 +5,7 @@
     python evals/kubeflow/verify.py --write-traces FILE  # also write the cases as `triage import` traces
 
 Every search call's output is rendered at load time from exact line ranges of corpus files, in the
-docs agent's format (`triage.search.mcp_server.format_results`), so no corpus text is copied into
+docs agent's format (`triage.search.index.format_results`), so no corpus text is copied into
 the project. The collections: `docs` is `<corpus>/kubeflow-docs`, `code` is `<corpus>/katib-examples`,
 `issues` is `evals/kubeflow/issues/` (synthetic threads written for this set). README.md beside this
 file documents every field and every check.
@@ -35,7 +35,7 @@ from triage.domain.rule import Undetermined, decide
 from triage.errors import InputError
 from triage.reading.passages import is_error_text, passages_from_output
 from triage.reading.trace import read_trace
-from triage.search.mcp_server import format_results
+from triage.search.index import format_results
 from triage.settings import load_config
 
 HERE = Path(__file__).resolve().parent

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.doubles.openai_server import Reply
+from tests.doubles.openai_server import PrefixCache, Reply
 
 ENDPOINT = "/v1/chat/completions"
 
@@ -247,12 +247,14 @@ class BatchServer:
         max_requests: int = 50_000,
         max_bytes: int = 200_000_000,
         cached_prompt_tokens: int = 0,
+        prompt_cache: bool = False,
         port: int = 0,
     ) -> None:
         """`clock`: the server's time (seconds; a virtual clock's `monotonic` in tests). A batch
         runs all its requests in `polls_to_complete` retrieves, or, with `seconds_to_complete`, in
         that many seconds of `clock` after it was created. `cached_prompt_tokens`: reported in each
-        answer's `usage.prompt_tokens_details`."""
+        answer's `usage.prompt_tokens_details`; with `prompt_cache`, what a `PrefixCache` holds of
+        the request's prompt instead (OpenAI caches inside a batch too, best effort)."""
         self.responder = responder
         self.faults = faults or Faults()
         self.clock = clock
@@ -262,6 +264,7 @@ class BatchServer:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.cached_prompt_tokens = cached_prompt_tokens
+        self.prompt_cache = PrefixCache() if prompt_cache else None
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, StoredBatch] = {}
         #: (method, path) of every request, in order
@@ -656,7 +659,8 @@ class BatchServer:
         if reply.status != 200:
             return reply.status, {"error": reply.error or {"message": "error"}}
         n = next(self._ids)
-        cached = min(self.cached_prompt_tokens, reply.prompt_tokens)
+        hit = self.prompt_cache.cached(body) if self.prompt_cache is not None else self.cached_prompt_tokens
+        cached = min(hit, reply.prompt_tokens)
         return 200, {
             "id": f"chatcmpl-{n}",
             "object": "chat.completion",

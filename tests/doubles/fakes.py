@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from triage.domain.conversations import TraceRef
 from triage.domain.ports import JudgeRequest, SourceStats
 from triage.domain.records import (
     Facts,
@@ -33,7 +32,7 @@ from triage.domain.records import (
     WriteOutcome,
 )
 from triage.domain.scores import ScoreBody, score_id
-from triage.domain.votes import WindowVotes, in_window
+from triage.domain.votes import TraceRef, WindowVotes, in_window
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager

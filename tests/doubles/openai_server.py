@@ -13,12 +13,16 @@ send as raw content, or a `Reply`). With neither, the server answers 500.
 `supports` lists the response formats the server accepts; a request using another one gets the
 400 a server without that feature sends (like older vLLM or llama.cpp builds).
 
+`prompt_cache=True` reports cached prompt tokens (`usage.prompt_tokens_details.cached_tokens`) as
+OpenAI's prompt caching does, for a prefix an earlier request began with (`PrefixCache`).
+
 Written with the traps of ../shared/notes/benchmarking.md in mind: TCP_NODELAY on every
 connection, a large listen backlog, HTTP/1.1 keep-alive with a Content-Length on every response.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -155,7 +159,17 @@ class _Handler(BaseHTTPRequestHandler):
         prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
         if owner.estimate_tokens:
             prompt_tokens = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
+            if owner.prompt_cache is not None:  # counted as the cache counts: the schema too
+                prompt_tokens = len(prompt_text(body).encode()) // owner.prompt_cache.chars_per_token
             completion_tokens = len(reply.content or reply.refusal or "") // 4
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if owner.prompt_cache is not None:
+            cached = min(owner.prompt_cache.cached(body), prompt_tokens)
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         payload = {
             "id": f"chatcmpl-{owner.calls}",
             "object": "chat.completion",
@@ -164,11 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
             "choices": [
                 {"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}
             ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "usage": usage,
         }
         self._send(200, payload, reply.headers)
 
@@ -190,13 +200,16 @@ class OpenAIServer:
         supports: Iterable[str] = ("json_schema", "json_object"),
         port: int = 0,
         estimate_tokens: bool = False,
+        prompt_cache: bool = False,
     ) -> None:
         """`estimate_tokens`: report usage as characters / 4 of the request's messages and of the
-        reply (for benchmarks: a prompt's size shows), instead of the scripted counts."""
+        reply (for benchmarks: a prompt's size shows), instead of the scripted counts.
+        `prompt_cache`: report the prompt tokens a `PrefixCache` holds (at most the prompt's)."""
         self.latency = latency
         self.responder = responder
         self.supports = set(supports)
         self.estimate_tokens = estimate_tokens
+        self.prompt_cache = PrefixCache() if prompt_cache else None
         self.requests: list[Recorded] = []
         self.calls = 0
         self._queue: deque[Reply] = deque()
@@ -273,6 +286,50 @@ class OpenAIServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# --- prompt caching ---------------------------------------------------------------------------------
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """A request's prompt in the order a server caches it: the structured-output schema (a prefix to
+    the system message, in OpenAI's words), then each message."""
+    fmt = body.get("response_format")
+    parts = [json.dumps(fmt, ensure_ascii=False) if fmt else ""]
+    parts += [f"{m.get('role')}: {m.get('content') or ''}" for m in body.get("messages", [])]
+    return "\n".join(parts)
+
+
+class PrefixCache:
+    """Prompt caching as OpenAI describes it: a prompt of at least `minimum` tokens is cached in
+    steps of `step` tokens, and a later prompt's cached part is the longest prefix (a whole number of
+    steps, at least `minimum`) that an earlier prompt began with, byte for byte. A token is counted
+    as `chars_per_token` bytes of `prompt_text`. Thread-safe; every prefix is kept (a test's or a
+    benchmark's worth)."""
+
+    def __init__(self, minimum: int = 1024, step: int = 128, chars_per_token: int = 4) -> None:
+        self.minimum, self.step, self.chars_per_token = minimum, step, chars_per_token
+        self._seen: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def cached(self, body: dict[str, Any]) -> int:
+        """The tokens of this request's prompt already cached; then its own prefixes are."""
+        text = prompt_text(body).encode()
+        size = self.step * self.chars_per_token
+        running = hashlib.blake2b(digest_size=8)
+        prefixes = []
+        for start in range(0, len(text) - size + 1, size):
+            running.update(text[start : start + size])
+            prefixes.append(running.copy().digest())
+        least = max(1, -(-self.minimum // self.step))
+        with self._lock:
+            hit = 0  # each prefix's hash covers all before it: the longest one seen is the hit
+            for n in range(least, len(prefixes) + 1):
+                if prefixes[n - 1] not in self._seen:
+                    break
+                hit = n
+            self._seen.update(prefixes[least - 1 :])
+        return hit * self.step
 
 
 # --- reading the judge's prompts (for honest responders) -----------------------------------------

@@ -128,7 +128,8 @@ class PerfectResponder:
         messages = body.get("messages", [])
         system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
         user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
-        nonce = found.group(1) if (found := _NONCE.search(system)) else None
+        # the nonce: the user message's first line announces it (older prompts: the system message)
+        nonce = found.group(1) if (found := _NONCE.search(system) or _NONCE.search(user)) else None
         blocks = data_blocks(user, nonce)
         question = next((b.value for b in blocks if b.tag == "question"), None)
         case = self.cases.get(question_key(question)) if isinstance(question, str) else None
@@ -315,6 +316,109 @@ class PerfectModel:
         return self.server.calls
 
     def __enter__(self) -> PerfectModel:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+
+# -- check mode: the `triage check` judge's prompts (evals/check) -------------------------------------
+#
+# `PerfectCheckModel(pairs)` answers the LLM check judge (`triage.judges.expectations`) from the labels
+# of the check set (evals/check/pairs.jsonl), using what the prompt shows and the one pair's label:
+# the pair is found by its question and its answer (the twins of a case share the question), both as
+# the prompt shows them. Per expectation asked: `pass` when the pair is labelled pass; when it is
+# labelled fail, `fail` for the expectation the pair's `kind` names, and for every expectation asked in
+# a `mixed` pair (the set labels the case, not each expectation), `pass` for the others. Quotes are
+# copied from the answer block: the sentence that declines (a decline that passes), the first sentence
+# (a claim made again). A prompt it cannot place gets a 400 and is listed in `unknown`.
+
+_USER_NONCE = re.compile(r'^[^\n]*nonce="([0-9a-f]+)"')
+
+
+def answer_key(text: str) -> str:
+    """An answer made comparable as `question_key` makes a question."""
+    return question_key(text)
+
+
+class PerfectCheckResponder:
+    """The check reply logic, a function of the request body (usable without a server)."""
+
+    def __init__(self, pairs: Iterable[Mapping[str, Any]]) -> None:
+        self.pairs: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for pair in pairs:
+            key = (question_key(pair["case"]["input"]["question"]), answer_key(pair["new_run"]["answer"]))
+            if key in self.pairs:
+                raise ValueError(f"two pairs share a question and an answer: {self.pairs[key]['id']}, {pair['id']}")
+            self.pairs[key] = pair
+        self.unknown: list[str] = []
+        self.seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Reply | dict[str, Any]:
+        messages = body.get("messages", [])
+        user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+        found = _USER_NONCE.search(user)
+        blocks = data_blocks(user, found.group(1) if found else None)
+        question = next((b.value for b in blocks if b.tag == "question"), None)
+        answer = next((b.value for b in blocks if b.tag == "answer"), None)
+        pair = (
+            self.pairs.get((question_key(question), answer_key(answer)))
+            if isinstance(question, str) and isinstance(answer, str)
+            else None
+        )
+        if pair is None or not isinstance(answer, str):
+            with self._lock:
+                self.unknown.append(str(question)[:200])
+            return Reply.status_error(400, "the perfect model does not know this question and answer")
+        with self._lock:
+            self.seen[pair["id"]] = self.seen.get(pair["id"], 0) + 1
+        asked = [b.attrs.get("name", "") for b in blocks if b.tag == "expectation"]
+        return {
+            "injection_note": "",
+            "injection_suspected": False,
+            "verdicts": [self.verdict(pair, name, answer) for name in asked],
+        }
+
+    @staticmethod
+    def verdict(pair: Mapping[str, Any], name: str, answer: str) -> dict[str, str]:
+        fails = pair["label"] == "fail" and pair["kind"] in (name, "mixed")
+        sentences = [s.strip() for s in _SENTENCE.findall(answer) if len(s.strip()) >= 8]
+        quote = ""
+        if name == "decline" and not fails:
+            quote = _decline_quote(answer)
+        elif name == "must_not_claim" and fails:
+            quote = sentences[0] if sentences else answer.strip()
+        return {
+            "expectation": name,
+            "reasoning": "the labelled outcome",
+            "verdict": "fail" if fails else "pass",
+            "quote": quote,
+            "confidence": "high",
+        }
+
+
+class PerfectCheckModel:
+    """The perfect check model served on 127.0.0.1 (`url` ends in /v1)."""
+
+    def __init__(self, pairs: Iterable[Mapping[str, Any]], *, latency: float = 0.0, port: int = 0) -> None:
+        self.responder = PerfectCheckResponder(pairs)
+        self.server = OpenAIServer(responder=self.responder, latency=latency, port=port, estimate_tokens=True)
+
+    @property
+    def url(self) -> str:
+        return self.server.url + "/v1"
+
+    @property
+    def unknown(self) -> list[str]:
+        return self.responder.unknown
+
+    @property
+    def calls(self) -> int:
+        return self.server.calls
+
+    def __enter__(self) -> PerfectCheckModel:
         self.server.start()
         return self
 

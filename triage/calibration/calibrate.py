@@ -1,35 +1,400 @@
-"""Compare the job's decisions with people's labels: per layer, per fact, person to person, by confidence."""
+"""Compare the job's decisions with people's labels: per layer, per fact, person to person, by confidence.
+
+Agreement between two raters: raw agreement, Cohen's kappa with its 95% interval, per-class scores.
+
+Computed here rather than with a statistics package so the job needs no numpy or scipy; the
+tests check every figure against scikit-learn and statsmodels on labelled fixtures.
+
+The interval uses kappa's asymptotic standard error in the non-null case (Fleiss, Cohen and
+Everitt 1969; the `var_kappa` of statsmodels' `cohens_kappa`), clamped to [-1, 1].
+
+The job's decisions: its `triage_layer` scores (facts in their metadata), or a run's facts file.
+
+People's labels: from a local JSONL file, or from scores people wrote (Langfuse annotation, verdicts).
+
+A label file has one JSON object per line:
+
+    {"trace_id": "t-1", "reviewer": "ana", "layer": "retrieval",
+     "facts": {"retrieved_has_answer": false, "index_has_answer": true}, "verdict": "negative"}
+
+`layer`, `facts` and `verdict` are each optional (but one is needed); `reviewer` defaults to
+`file`. Extra fields are ignored (an evaluation set's label file carries its own). A bad line
+becomes a `BadLabel` with its line number; so do two labels from one reviewer for one trace
+(both set aside: which one is right is not ours to guess).
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from pathlib import Path
+from statistics import NormalDist
+from typing import Any
 
-from triage.calibration.agreement import agreement
-from triage.calibration.decisions import decisions_from_facts_file, decisions_from_scores
-from triage.calibration.labels import label_score_names, labels_from_file, labels_from_scores
-from triage.domain.calibration import (
+from triage import jsonl
+from triage.domain.config import CalibrationConfig, ReviewNames, TriageConfig
+from triage.domain.kernel import window
+from triage.domain.ports import ScoreReader
+from triage.domain.records import Layer, StoredScore
+from triage.domain.review import (
+    CALIBRATION_DATASET,
+    CALIBRATION_DATASET_DESCRIPTION,
     LABELLED_FACTS,
+    VERDICTS,
     Agreement,
     BadLabel,
     CalibrationReport,
+    ClassScores,
     CoveragePoint,
     Decision,
     Disagreement,
+    JudgeMeasure,
     Label,
+    Verdict,
+    measure_item,
 )
-from triage.domain.config import TriageConfig
-from triage.domain.kernel import window
-from triage.domain.ports import ScoreReader
-from triage.domain.records import Layer
+from triage.domain.rule import Undetermined, decide, verdict_confidence
+from triage.domain.scores import JobScoreNames, current_scores, facts_of, is_end_user, normalise_author
+from triage.domain.worklist import DatasetSink, DatasetWriteOutcome
+from triage.errors import InputError
+
+Z_95 = NormalDist().inv_cdf(0.975)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def agreement(pairs: Sequence[tuple[str, str]], classes: Sequence[str] = ()) -> Agreement:
+    """How far the first rater (people) and the second (the judge) agree on `pairs`.
+
+    `classes` fixes the order of the confusion matrix; classes seen in `pairs` but not listed
+    are appended in sorted order.
+    """
+    seen = {c for pair in pairs for c in pair}
+    order = list(dict.fromkeys(classes)) + sorted(seen - set(classes))
+    index = {c: i for i, c in enumerate(order)}
+    k = len(order)
+    table = [[0] * k for _ in range(k)]
+    for first, second in pairs:
+        table[index[first]][index[second]] += 1
+    n = len(pairs)
+    agreed = sum(table[i][i] for i in range(k))
+    rows = [sum(table[i]) for i in range(k)]
+    cols = [sum(table[i][j] for i in range(k)) for j in range(k)]
+    per_class = []
+    for i, label in enumerate(order):
+        precision = _ratio(table[i][i], cols[i])
+        recall = _ratio(table[i][i], rows[i])
+        f1 = (
+            2 * precision * recall / (precision + recall)
+            if precision is not None and recall is not None and precision + recall
+            else (0.0 if precision is not None and recall is not None else None)
+        )
+        per_class.append(
+            ClassScores(label=label, support=rows[i], predicted=cols[i], precision=precision, recall=recall, f1=f1)
+        )
+    kappa, low, high = cohen_kappa(table)
+    return Agreement(
+        n=n,
+        agreed=agreed,
+        accuracy=_ratio(agreed, n),
+        kappa=kappa,
+        kappa_low=low,
+        kappa_high=high,
+        classes=order,
+        confusion=table,
+        per_class=per_class,
+    )
+
+
+def cohen_kappa(table: Sequence[Sequence[int]], z: float = Z_95) -> tuple[float | None, float | None, float | None]:
+    """Kappa and its interval from a square table of counts; (None, None, None) where undefined."""
+    n = sum(sum(row) for row in table)
+    k = len(table)
+    if n == 0:
+        return None, None, None
+    p = [[table[i][j] / n for j in range(k)] for i in range(k)]
+    rows = [sum(p[i]) for i in range(k)]
+    cols = [sum(p[i][j] for i in range(k)) for j in range(k)]
+    observed = sum(p[i][i] for i in range(k))
+    expected = sum(rows[i] * cols[i] for i in range(k))
+    if math.isclose(expected, 1.0):
+        return None, None, None  # both raters used one and the same class: chance explains it all
+    kappa = (observed - expected) / (1 - expected)
+    a = sum(p[i][i] * (1 - (rows[i] + cols[i]) * (1 - kappa)) ** 2 for i in range(k))
+    b = (1 - kappa) ** 2 * sum(p[i][j] * (cols[i] + rows[j]) ** 2 for i in range(k) for j in range(k) if i != j)
+    c = (kappa - expected * (1 - kappa)) ** 2
+    variance = max((a + b - c) / ((1 - expected) ** 2 * n), 0.0)
+    half = z * math.sqrt(variance)
+    return kappa, max(-1.0, kappa - half), min(1.0, kappa + half)
+
+
+_NOT_FACTS = {"trace_id", "judge", "prompt_version"}
+
+
+def decisions_from_scores(
+    scores: Sequence[StoredScore],
+    layer_score: str,
+    rule_version: str,
+    issues_collection: str = "issues",
+    component_score: str | None = None,
+    *,
+    current_only: bool = False,
+) -> dict[str, Decision]:
+    """One decision per trace from the job's current layer scores (`domain.scores.current_scores`).
+    With `current_only`, this rule version's only, and a score whose value is not a layer is no
+    decision. With `component_score`, the component comes from that score (same choice of row)."""
+    names = JobScoreNames(layer=layer_score, component=component_score)
+    out = {}
+    for trace_id, held in current_scores(scores, names, rule_version, current_only=current_only).items():
+        if held.layer is None:
+            continue
+        layer = held.layer_value
+        if layer is None and current_only:
+            continue
+        meta = held.verdict
+        out[trace_id] = Decision(
+            trace_id=trace_id,
+            layer=layer,
+            facts=meta.facts,
+            confidence=verdict_confidence(meta.facts, issues_collection) if meta.facts else "low",
+            judge=meta.judge,
+            component=held.component_value,
+            owners=meta.owners,
+            timestamp=held.layer.timestamp,
+        )
+    return out
+
+
+def decisions_from_facts_file(
+    path: Path, issues_collection: str = "issues"
+) -> tuple[dict[str, Decision], list[BadLabel]]:
+    """One decision per trace of a facts file (the last line of a trace wins, as in a replay)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as ex:
+        raise InputError(f"cannot read the facts file {path}: {ex.strerror or ex}") from ex
+    out: dict[str, Decision] = {}
+    bad: list[BadLabel] = []
+    for number, line in jsonl.lines(raw):
+        where = f"{path.name}:{number}"
+        try:
+            record = jsonl.parse(line)
+        except ValueError as ex:  # not JSON, not UTF-8, or too deep
+            bad.append(BadLabel(where=where, reason=f"facts file line is not JSON: {str(ex)[:120]}"))
+            continue
+        trace_id = record.get("trace_id") if isinstance(record, dict) else None
+        facts = facts_of({k: v for k, v in record.items() if k not in _NOT_FACTS}) if trace_id else None
+        if not isinstance(trace_id, str) or facts is None:
+            bad.append(BadLabel(where=where, reason="facts file line is not a trace's facts"))
+            continue
+        try:
+            layer: Layer | None = decide(facts, issues_collection)
+        except Undetermined:
+            layer = None
+        judge = record.get("judge")
+        out[trace_id] = Decision(
+            trace_id=trace_id,
+            layer=layer,
+            facts=facts,
+            confidence=verdict_confidence(facts, issues_collection),
+            judge=judge if isinstance(judge, str) else None,
+        )
+    return out, bad
+
+
+LAYERS = [layer.value for layer in Layer]
+MAX_REASON_VALUE = 60  # how much of a bad value a reason quotes
+
+
+def _quote(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_REASON_VALUE else text[:MAX_REASON_VALUE] + "..."
+
+
+def _layer(value: Any) -> Layer:
+    if not isinstance(value, str) or value not in LAYERS:
+        raise ValueError(f"unknown layer {_quote(value)} (one of {', '.join(LAYERS)})")
+    return Layer(value)
+
+
+def _verdict(value: Any) -> Verdict:
+    if value not in VERDICTS:
+        raise ValueError(f"unknown verdict {_quote(value)} (one of {', '.join(VERDICTS)})")
+    verdict: Verdict = value
+    return verdict
+
+
+def _fact(name: str, value: Any) -> bool:
+    if name not in LABELLED_FACTS:
+        raise ValueError(f"unknown fact {_quote(name)} (one of {', '.join(LABELLED_FACTS)})")
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"fact {name} is {_quote(value)}, not true or false")
+
+
+def _one_per_reviewer(labels: Iterable[Label], bad: list[BadLabel]) -> list[Label]:
+    groups: dict[tuple[str, str], list[Label]] = defaultdict(list)
+    for label in labels:
+        groups[(label.trace_id, label.reviewer)].append(label)
+    kept = []
+    for (trace_id, reviewer), group in groups.items():
+        if len(group) == 1:
+            kept.append(group[0])
+            continue
+        where = ", ".join(label.origin for label in group)
+        bad.append(
+            BadLabel(
+                where=where,
+                trace_id=trace_id,
+                reviewer=reviewer,
+                reason=f"{len(group)} labels from one reviewer for one trace (all set aside)",
+            )
+        )
+    return kept
+
+
+def labels_from_file(path: Path) -> tuple[list[Label], list[BadLabel]]:
+    """The labels of a JSONL file, and the lines set aside with their reasons."""
+    try:
+        raw = path.read_bytes()
+    except OSError as ex:
+        raise InputError(f"cannot read the labels file {path}: {ex.strerror or ex}") from ex
+    labels: list[Label] = []
+    bad: list[BadLabel] = []
+    for number, line in jsonl.lines(raw):
+        where = f"{path.name}:{number}"
+        try:
+            record = jsonl.parse(line)
+        except ValueError as ex:  # not JSON, not UTF-8, too deep, or a lone surrogate (jsonl.parse says which)
+            undecodable = isinstance(ex, json.JSONDecodeError | UnicodeDecodeError)
+            reason = f"not a JSON object: {str(ex)[:120]}" if undecodable else str(ex)
+            bad.append(BadLabel(where=where, reason=reason))
+            continue
+        try:
+            labels.append(_label_from_record(record, where))
+        except ValueError as ex:
+            trace_id = record.get("trace_id") if isinstance(record, dict) else None
+            reviewer = record.get("reviewer") if isinstance(record, dict) else None
+            bad.append(
+                BadLabel(
+                    where=where,
+                    trace_id=trace_id if isinstance(trace_id, str) else None,
+                    reviewer=reviewer if isinstance(reviewer, str) else None,
+                    reason=str(ex),
+                )
+            )
+    return _one_per_reviewer(labels, bad), bad
+
+
+def _label_from_record(record: Any, where: str) -> Label:
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    trace_id = record.get("trace_id")
+    if not isinstance(trace_id, str) or not trace_id:
+        raise ValueError("no trace_id")
+    reviewer = record.get("reviewer", "file")
+    if not isinstance(reviewer, str) or not reviewer:
+        raise ValueError(f"reviewer is {_quote(reviewer)}, not a name")
+    facts_in = record.get("facts") or {}
+    if not isinstance(facts_in, dict):
+        raise ValueError("facts is not an object")
+    # an evaluation set's facts carry more than people label (the component, the sources)
+    facts = {name: _fact(name, value) for name, value in facts_in.items() if name in LABELLED_FACTS}
+    layer = _layer(record["layer"]) if record.get("layer") is not None else None
+    verdict = _verdict(record["verdict"]) if record.get("verdict") is not None else None
+    if layer is None and verdict is None and not facts:
+        raise ValueError("no layer, facts or verdict")
+    split = record.get("split")
+    return Label(
+        trace_id=trace_id,
+        reviewer=reviewer,
+        layer=layer,
+        facts=facts,
+        verdict=verdict,
+        origin=where,
+        split=split if isinstance(split, str) else None,
+    )
+
+
+def labels_from_scores(
+    scores: Sequence[StoredScore], names: CalibrationConfig
+) -> tuple[list[Label], list[BadLabel]]:
+    """People's labels among `scores`: the layer score, the per-fact scores, the verdict score.
+
+    One reviewer's scores on one trace make one label; two scores of the same name from one
+    reviewer on one trace are a bad label (both set aside).
+    """
+    review = ReviewNames.of(names)
+    fact_of = {score: fact for fact, score in review.facts.items()}
+    grouped: dict[tuple[str, str], list[StoredScore]] = defaultdict(list)
+    bad: list[BadLabel] = []
+    for score in scores:
+        where = f"score {score.id}"
+        if score.trace_id is None:
+            bad.append(BadLabel(where=where, reason=f"{score.name} is not on a trace"))
+            continue
+        if score.author is None:
+            bad.append(BadLabel(where=where, trace_id=score.trace_id, reason=f"{score.name} names no reviewer"))
+            continue
+        if is_end_user(score.author):
+            continue  # an end user's verdict is a vote on the answer, not a reviewer's label
+        grouped[(score.trace_id, normalise_author(score.author))].append(score)
+    labels = []
+    for (trace_id, reviewer), group in grouped.items():
+        by_name: dict[str, list[StoredScore]] = defaultdict(list)
+        for score in group:
+            by_name[score.name].append(score)
+        twice = [name for name, rows in by_name.items() if len(rows) > 1]
+        where = ", ".join(f"score {s.id}" for s in group)
+        if twice:
+            bad.append(
+                BadLabel(
+                    where=where,
+                    trace_id=trace_id,
+                    reviewer=reviewer,
+                    reason=f"two {', '.join(twice)} scores from one reviewer for one trace (all set aside)",
+                )
+            )
+            continue
+        try:
+            layer = verdict = None
+            facts: dict[str, bool] = {}
+            for name, (score,) in by_name.items():
+                if name == review.layer:
+                    layer = _layer(score.value)
+                elif name == review.verdict:
+                    verdict = _verdict(score.value)
+                elif name in fact_of:
+                    facts[fact_of[name]] = _fact(fact_of[name], score.value)
+        except ValueError as ex:
+            bad.append(BadLabel(where=where, trace_id=trace_id, reviewer=reviewer, reason=str(ex)))
+            continue
+        if layer is None and verdict is None and not facts:
+            continue
+        labels.append(
+            Label(trace_id=trace_id, reviewer=reviewer, layer=layer, facts=facts, verdict=verdict, origin="scores")
+        )
+    return labels, bad
+
+
+def label_score_names(names: CalibrationConfig) -> list[str]:
+    """Every score name a label can come from."""
+    return ReviewNames.of(names).labels()
+
 
 #: how far before the labels' window the job's decisions are read (they carry their trace's time)
 DECISION_LOOKBACK = timedelta(days=30)
 UNDECIDED = "undecided"  # the judge's class for a trace the rule could not decide
+UNKNOWN_JUDGE = "unknown"  # the judge of decisions that name none (older scores, a bare facts file)
 LAYER_CLASSES = [layer.value for layer in Layer]
 _KEEP: list[tuple[str, set[str]]] = [
     ("all", {"high", "medium", "low"}),
@@ -45,10 +410,12 @@ class CalibrateOptions:
     facts_file: Path | None = None  # else the job's layer scores
     min_kappa: float | None = None
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    #: record each judge's agreement where the night reads it (`record_measures`)
+    write: bool = False
 
     @property
     def needs_store(self) -> bool:
-        return self.labels_file is None or self.facts_file is None
+        return self.write or self.labels_file is None or self.facts_file is None
 
 
 def _judge_layer(decision: Decision) -> str:
@@ -139,6 +506,11 @@ def calibrate(
             )
         )
 
+    by_judge: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for lab, dec in layered:
+        assert lab.layer is not None
+        by_judge[dec.judge or UNKNOWN_JUDGE].append((lab.layer.value, _judge_layer(dec)))
+
     return CalibrationReport(
         labels=len(labels) + len(bad_labels),
         decisions=len(decisions),
@@ -151,6 +523,7 @@ def calibrate(
         disagreements=disagreements,
         bad_labels=bad,
         min_kappa=min_kappa,
+        judges={judge: agreement(pairs, LAYER_CLASSES) for judge, pairs in sorted(by_judge.items())},
     )
 
 
@@ -195,3 +568,26 @@ def calibrate_from(
         rows = reader.scores([config.scores.layer], start - DECISION_LOOKBACK, end)
         decisions = decisions_from_scores(rows, config.scores.layer, config.rule_version, issues)
     return calibrate(labels, decisions, bad, link=link, min_kappa=options.min_kappa)
+
+
+# -- the measurement the night reads (`triage calibrate --write`) ------------------------------
+
+
+def judge_measures(report: CalibrationReport, options: CalibrateOptions, rule_version: str) -> list[JudgeMeasure]:
+    """One measurement per judge the labels were compared with (decisions naming no judge are not
+    recorded: no night can ask for them)."""
+    return [
+        JudgeMeasure.of(
+            judge, layer, measured_at=options.now, since_hours=options.since_hours, rule_version=rule_version
+        )
+        for judge, layer in report.judges.items()
+        if judge != UNKNOWN_JUDGE and layer.n > 0
+    ]
+
+
+def record_measures(sink: DatasetSink, measures: Sequence[JudgeMeasure]) -> DatasetWriteOutcome:
+    """Upsert each judge's measurement into `CALIBRATION_DATASET` (made when missing)."""
+    if not measures:
+        return DatasetWriteOutcome()
+    sink.ensure_dataset(CALIBRATION_DATASET, CALIBRATION_DATASET_DESCRIPTION, {"written_by": "triage calibrate"})
+    return sink.upsert_dataset_items([measure_item(m) for m in measures])

@@ -9,6 +9,10 @@ own feedback call (`FeedbackJob`, given by `triage.app`), its real writes, its l
 store. Its decisions are then read back from the store and compared with the labels.
 
 `replay` means the labels' own facts replayed: the ceiling of everything after the judge.
+
+Beside the overall layer accuracy each run reports its *sure part*: the verdicts whose every
+judged fact on the rule's path is `high` (`RulePath.sure`; the rest are suggestions), their layer
+accuracy and the share of the labelled cases they cover.
 """
 
 from __future__ import annotations
@@ -23,13 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from triage import jsonl
-from triage.calibration.agreement import agreement
-from triage.calibration.calibrate import LAYER_CLASSES, UNDECIDED, calibrate
-from triage.calibration.decisions import decisions_from_scores
-from triage.calibration.labels import labels_from_file
-from triage.domain.calibration import Decision, EvalMiss, EvalReport, EvalRun, Label
+from triage.calibration.calibrate import (
+    LAYER_CLASSES,
+    UNDECIDED,
+    agreement,
+    calibrate,
+    decisions_from_scores,
+    labels_from_file,
+)
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import RunResult
+from triage.domain.review import Decision, EvalMiss, EvalReport, EvalRun, Label
 from triage.domain.rule import owners
 from triage.errors import TriageError, UsageError
 from triage.judges import HEURISTIC, REPLAY, name_of, spec_of
@@ -203,6 +211,7 @@ def _one_split(
     chosen = [lab for lab in labels if split == SPLITS_ALL or lab.split == split]
     report = calibrate(chosen, run.decisions)
     components = owners_right = with_component = 0
+    layered = sure_cases = sure_right = 0
     misses = []
     component_misses = []
     for label in chosen:
@@ -216,6 +225,11 @@ def _one_split(
             owners_right += decision is not None and decision.owners == expected
         if label.layer is None:
             continue
+        layered += 1
+        if decision is not None and decision.sure:
+            # the sure part: a verdict whose every judged fact is `high` (`RulePath.sure`)
+            sure_cases += 1
+            sure_right += found == label.layer.value
         miss = EvalMiss(
             trace_id=label.trace_id,
             human=label.layer.value,
@@ -242,6 +256,10 @@ def _one_split(
         judge_calls_per_trace=calls / total if isinstance(calls, int) and isinstance(total, int) and total else None,
         exit_code=run.exit_code,
         error=run.error,
+        sure_cases=sure_cases,
+        sure_right=sure_right,
+        sure_accuracy=sure_right / sure_cases if sure_cases else None,
+        sure_coverage=sure_cases / layered if layered else None,
         misses=misses,
         component_misses=component_misses,
     )

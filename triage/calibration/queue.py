@@ -5,8 +5,11 @@ What goes in, from the verdicts (`triage_layer` scores of this rule version) in 
 - per layer, the first `per_layer` traces in a stable hash order of their ids (the same traces on
   every rerun); a trace of that layer already in the queue counts toward its share, so a rerun, or
   the next night's overlapping window, does not top a layer up twice;
-- plus every verdict of low confidence (`domain.confidence.verdict_confidence`; facts that cannot
-  be read count as low) and every one flagged as a suspected injection.
+- plus every verdict of low confidence (`domain.rule.verdict_confidence`; facts that cannot
+  be read count as low) and every one flagged as a suspected injection;
+- suggestions first: the items are added (and Langfuse lists them) with the verdicts that are
+  suggestions (`RulePath.sure` false: some fact the layer rests on is not `high`) before the sure
+  ones, each group in trace id order, so people spend their first minutes where the judge is unsure.
 
 Idempotent: the queue's items are read first and a trace already there (pending or completed) is
 never added again; Langfuse itself does not de-duplicate items. The score configs (the layer as a
@@ -14,6 +17,12 @@ CATEGORICAL score with the seven layers, one BOOLEAN per judged fact) and the qu
 when missing, found by name otherwise. Never pre-filled: an item is the trace alone (`objectType`
 TRACE and its id), no score is written, and neither the queue nor the configs name any verdict, so
 nothing anchors the reviewer to the judge's answer.
+
+The review view (`triage votes`): conversations of a window with their votes, filtered.
+
+Read through the ports: the window's votes (`VoteSource.votes`), its traces (`TraceSource.root_traces`),
+the traces of each session (`session_traces`); a vote on a trace that started before the window
+is placed by reading that trace's observations (its root's session).
 """
 
 from __future__ import annotations
@@ -26,23 +35,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from triage.calibration.decisions import decisions_from_scores
+from triage.calibration.calibrate import decisions_from_scores
 from triage.domain import kernel
-from triage.domain.calibration import Decision
-from triage.domain.config import CalibrationConfig, TriageConfig
-from triage.domain.ports import ScoreReader
+from triage.domain.config import CalibrationConfig, ReviewNames, TriageConfig
+from triage.domain.ports import ScoreReader, TraceSource, VoteSource
 from triage.domain.records import Layer
-from triage.domain.relay import ReviewNames
 from triage.domain.review import (
     AnnotationPort,
     Category,
+    Decision,
     ReviewQueue,
     ScoreConfigSpec,
     config_name_problem,
     ensure_configs,
 )
-from triage.domain.rule import verdict_confidence
-from triage.errors import ConfigError
+from triage.domain.rule import verdict_confidence, walk
+from triage.domain.votes import FILTERS, ConversationList, TraceRef, group_conversations
+from triage.errors import ConfigError, UsageError
 
 log = logging.getLogger("triage")
 
@@ -87,6 +96,8 @@ class Pick:
     trace_id: str
     layer: Layer
     reasons: tuple[Reason, ...]
+    #: the verdict is sure (`RulePath.sure` on its facts); suggestions are queued first
+    sure: bool = False
 
 
 @dataclass
@@ -142,15 +153,18 @@ class QueueResult:
         for pick in self.added:
             for reason in pick.reasons:
                 reasons[reason] += 1
+        suggestions = sum(1 for pick in self.added if not pick.sure)
         out += [
             "",
             f"{verb} {len(self.added)} traces (sampled {reasons['sample']}, low confidence "
-            f"{reasons['low_confidence']}, injection suspected {reasons['injection']})",
+            f"{reasons['low_confidence']}, injection suspected {reasons['injection']}); "
+            f"suggestions first: {suggestions} suggestions, {len(self.added) - suggestions} sure",
         ]
-        # the trace ids and why, but not their layers: whoever reads this may be the reviewer
+        # the trace ids and why, in queue order, but not their layers: whoever reads this may be
+        # the reviewer
         out += [
-            f"- {pick.trace_id}: {', '.join(pick.reasons)}"
-            for pick in sorted(self.added, key=lambda p: p.trace_id)
+            f"- {pick.trace_id}: {', '.join(pick.reasons)}{'' if pick.sure else ' (suggestion)'}"
+            for pick in queue_order(self.added)
         ]
         out += [f"note: {note}" for note in self.notes]
         if self.requests:
@@ -268,11 +282,16 @@ def choose(
             if facts is not None and facts.injection_suspected:
                 reasons.append("injection")
             if reasons:
-                picks.append(Pick(decision.trace_id, layer, tuple(reasons)))
+                sure = facts is not None and walk(facts, issues_collection).sure
+                picks.append(Pick(decision.trace_id, layer, tuple(reasons), sure))
                 count.added += 1
         unreadable += sum(1 for d in group if d.facts is None)
-    picks.sort(key=lambda p: p.trace_id)
-    return picks, counts, unreadable
+    return queue_order(picks), counts, unreadable
+
+
+def queue_order(picks: Iterable[Pick]) -> list[Pick]:
+    """Suggestions first, then the sure verdicts; each in trace id order (stable across runs)."""
+    return sorted(picks, key=lambda p: (p.sure, p.trace_id))
 
 
 def run_queue(
@@ -328,3 +347,51 @@ def run_queue(
         result.added.append(pick)
         log.debug("queued trace %s", pick.trace_id, extra={"event": "queued"})
     return result
+
+
+log = logging.getLogger("triage")
+
+
+@dataclass(frozen=True)
+class VotesOptions:
+    since_hours: float = 24 * 7
+    filter: str = "any"
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def list_conversations(
+    votes_source: VoteSource,
+    traces: TraceSource,
+    vote_score: str,
+    options: VotesOptions,
+) -> ConversationList:
+    if options.filter not in FILTERS:
+        raise UsageError(f"unknown filter {options.filter!r}: one of {', '.join(FILTERS)}")
+    start, end = kernel.window(options.now, options.since_hours)
+    read = votes_source.votes(vote_score, start, end)
+    votes = read.votes
+    for bad in read.bad:
+        log.warning("vote %s cannot be read: %s", bad.id or "(no id)", bad.reason, extra={"event": "bad_vote"})
+    refs = {ref.trace_id: ref for ref in traces.root_traces(start, end)}
+    outside = sorted({v.trace_id for v in votes if v.trace_id and v.trace_id not in refs})
+    if outside:
+        for trace_id, found in traces.observations(outside).items():
+            if isinstance(found, list) and found:
+                roots = [o for o in found if o.parent_observation_id is None or o.is_root_observation]
+                root = min(roots or found, key=lambda o: o.start_time)
+                refs[trace_id] = TraceRef(trace_id=trace_id, session_id=root.session_id, start_time=root.start_time)
+            else:
+                refs[trace_id] = TraceRef(trace_id=trace_id)  # not readable (yet): its own conversation
+    sessions = sorted(
+        {r.session_id for r in refs.values() if r.session_id}
+        | {v.session_id for v in votes if v.session_id and not v.trace_id}
+    )
+    session_traces = traces.session_traces(sessions) if sessions else {}
+    rows = group_conversations(refs.values(), votes, session_traces)
+    kept = [c for c in rows if FILTERS[options.filter](c)]
+    for conversation in kept:
+        if conversation.first_trace:
+            conversation.url = traces.trace_url(conversation.first_trace)
+    return ConversationList(
+        start=start, end=end, filter=options.filter, total=len(rows), conversations=kept, bad_votes=read.bad
+    )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from triage import judges
 from triage.cli.options import (
     config_option,
     emit,
@@ -20,7 +21,7 @@ from triage.cli.options import (
     writable_folder,
 )
 from triage.domain.outcome import Shard
-from triage.engine.options import RunOptions
+from triage.engine.stream import RunOptions
 from triage.sinks.exports import imported_text
 from triage.sinks.report import DEFAULT_MIN_SIZE, RunOutputs, publish_run
 
@@ -41,8 +42,15 @@ REPORT_FILE_HELP = "Also write the Markdown report to this file."
 @click.option(
     "--judge",
     "judge_spec",
-    metavar="heuristic|llm|cascade|replay:FILE",
+    metavar=judges.metavar(),
     help="Default: llm when TRIAGE_JUDGE_MODEL is set, else heuristic (offline, no model).",
+)
+@click.option(
+    "--batch",
+    "batch_mode",
+    is_flag=True,
+    help="Send the model judge's calls through the Batch API (half the price; up to "
+    "TRIAGE_BATCH_DEADLINE_SECONDS of waiting, then the rest directly); the window's traces are judged at once.",
 )
 @shard_option
 @log_format_option
@@ -78,6 +86,7 @@ def feedback(
     concurrency: int,
     force: bool,
     judge_spec: str | None,
+    batch_mode: bool,
     shard: Shard | None,
     log_format: str | None,
     config_path: Path | None,
@@ -96,6 +105,7 @@ def feedback(
         concurrency=concurrency,
         shard=shard or app.settings.shard(),
         facts_file=facts_file or app.settings.triage_facts_file,
+        batch_mode=batch_mode,
     )
     result = app.feedback(options, judge_spec)
     publish_run(result, RunOutputs(report, report_file, summary_file, issues_dir, issue_min_size), emit)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import click
 
+from triage import judges
 from triage.calibration.calibrate import CalibrateOptions
 from triage.calibration.evaluate import EvalOptions, EvalSet
-from triage.calibration.queue import QueueOptions
+from triage.calibration.queue import QueueOptions, VotesOptions
 from triage.cli.options import (
     config_option,
     emit,
@@ -24,15 +25,14 @@ from triage.cli.options import (
     output_option,
     window_option,
 )
-from triage.domain.calibration import CalibrationReport, EvalReport
-from triage.domain.conversations import FILTERS, ConversationList
-from triage.domain.datasets import PromoteResult
 from triage.domain.records import Layer
+from triage.domain.review import CalibrationReport, EvalReport
+from triage.domain.votes import FILTERS, ConversationList
+from triage.domain.worklist import PromoteResult
 from triage.errors import ExitCode
+from triage.regression import PromoteOptions
 from triage.sinks.exports import PROMOTE_FORMATS, VOTES_FORMATS, text_lines
 from triage.sinks.report import CALIBRATION_FORMATS, EVAL_FORMATS
-from triage.worklist.promote import PromoteOptions
-from triage.worklist.votes import VotesOptions
 
 
 @click.command()
@@ -52,6 +52,12 @@ from triage.worklist.votes import VotesOptions
     type=click.FloatRange(-1, 1),
     help="Trust gate: exit 6 when the layer kappa's 95% lower bound is below this (or undefined).",
 )
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Record each judge's layer agreement (kappa, interval, labels, when) where the nightly report "
+    "reads it: the dataset triage-calibrations in Langfuse or the embedded store.",
+)
 @format_option(CALIBRATION_FORMATS)
 @output_option()
 @config_option(
@@ -64,6 +70,7 @@ def calibrate(
     facts_file: Path | None,
     since_hours: float,
     min_kappa: float | None,
+    write: bool,
     render: Callable[[CalibrationReport], str],
     output: Path | None,
     config_path: Path | None,
@@ -72,7 +79,7 @@ def calibrate(
     """Compare the job's verdicts with people's labels: agreement, kappa, confusion, disagreements."""
     app = open_app(log_format, config_path)
     options = CalibrateOptions(
-        since_hours=since_hours, labels_file=labels_file, facts_file=facts_file, min_kappa=min_kappa
+        since_hours=since_hours, labels_file=labels_file, facts_file=facts_file, min_kappa=min_kappa, write=write
     )
     report = app.calibrate(options)
     emit(render(report), output)
@@ -86,7 +93,7 @@ def calibrate(
     "--judge",
     "judges",
     multiple=True,
-    metavar="[LABEL=]heuristic|llm|cascade|replay|replay:FILE",
+    metavar="[LABEL=]" + "|".join([*judges.JUDGES, *(k.spec for k in judges.JUDGES.values() if k.argument)]),
     help="A judge to run (repeat for several), optionally named (llm-perfect=llm). Default: heuristic and replay.",
 )
 @click.option("--split", help="Only the labels of this split (for example dev or test). Default: each, and all.")

@@ -1,4 +1,4 @@
-"""What every part of triage shares, said once: the window, UTC time, clipping text.
+"""What every part of triage shares, said once: the window, UTC time, clipping text, batching.
 
 Commands, sources and the relay used to carry their own copies of these (five windows, five
 clippers, three ISO formatters); a copy that drifted was a bug only one command had.
@@ -7,7 +7,11 @@ clippers, three ISO formatters); a copy that drifted was a bug only one command 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # -- the window --------------------------------------------------------------------------------
 
@@ -79,3 +83,24 @@ def one_line(text: str, limit: int) -> str:
     """`text` on one line (runs of whitespace made one space), cut to `limit` with an ellipsis."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + ELLIPSIS
+
+
+# -- batches -----------------------------------------------------------------------------------
+
+
+def bounded_batches(
+    items: Iterable[T], cost: Callable[[T], int], *, most: int, limit: int, base: int = 0
+) -> Iterator[list[T]]:
+    """`items` in order, in batches of at most `most` whose costs, plus `base` (a batch's own), stay
+    within `limit`; an item that alone is over the limit still makes a batch (of its own)."""
+    batch: list[T] = []
+    size = base
+    for item in items:
+        spent = cost(item)
+        if batch and (len(batch) >= most or size + spent > limit):
+            yield batch
+            batch, size = [], base
+        batch.append(item)
+        size += spent
+    if batch:
+        yield batch

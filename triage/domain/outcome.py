@@ -12,7 +12,9 @@ from datetime import datetime
 
 from triage.domain.kernel import one_line
 from triage.domain.records import Layer, Undecided, Usage
-from triage.domain.signatures import Worklist
+from triage.domain.releases import ReleaseWindow
+from triage.domain.review import JudgeMeasure
+from triage.domain.worklist import Worklist
 from triage.errors import ExitCode
 
 QUESTION_CHARS = 160
@@ -51,6 +53,8 @@ class Findings:
     searched_again: tuple[str, ...] = ()  # the collections searched again for the question
     #: the facts the layer rests on: (fact, value, the judge that established it)
     decided: tuple[tuple[str, str, str], ...] = ()
+    #: the verdict is sure (every judged fact the rule read is `high`), else a suggestion
+    sure: bool = False
 
 
 @dataclass(slots=True)
@@ -103,10 +107,18 @@ class RunResult:
     elapsed: float = 0.0
     input_price: float = 0.0
     output_price: float = 0.0
+    #: a cached input token's price (per M tokens); None: the input price
+    cached_input_price: float | None = None
     shard: Shard = field(default_factory=Shard)
     #: signatures and the trend over the previous nights; None when the history could not be read
     worklist: Worklist | None = None
     signatures_written: int = 0
+    #: the releases of tonight and the nights before, each against the one before it; None when
+    #: the answers carry no release (or they could not be read)
+    releases: ReleaseWindow | None = None
+    #: how far the judge has been measured against people's labels (`triage calibrate --write`);
+    #: None: unmeasured
+    judge_measure: JudgeMeasure | None = None
 
     def __repr__(self) -> str:
         # short on purpose: asyncio.run's task repr holds its result's repr, and Python 3.11 builds
@@ -136,6 +148,12 @@ class RunResult:
         return (
             self.usage.input_tokens * self.input_price + self.usage.output_tokens * self.output_price
         ) / 1_000_000
+
+    @property
+    def billed_cost(self) -> float:
+        """`cost` as billed: calls answered in batches at the batch price, cached input tokens at
+        `cached_input_price`."""
+        return self.usage.cost(self.input_price, self.output_price, self.cached_input_price)
 
     @property
     def exit_code(self) -> ExitCode:

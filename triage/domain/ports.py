@@ -4,9 +4,13 @@
 - `TraceSource`: where traces are read, with links to them in a UI.
 - `ScoreSink`: where triage scores are written, and which traces already carry one.
 - `ScoreReader`: every score of some names in a window (people's labels, the job's own verdicts).
+- `ReleaseSource`: the answers per release of a window, where a trace belongs, the votes cast in
+  a window (the release watch: `triage releases`, the report's Releases section).
 - `Searcher`: an independent search of the index (the MCP server, or the embedded index).
 - `Judge`: turns a trace (and the re-searched passages) into `Facts`, asked by one `JudgeRequest`.
 - `SearchMore`: a judge's own follow-up search, in its words, for the trace it is judging.
+- `DatasetRuns`: `triage check`'s dataset runs (Langfuse's experiment runs, or the embedded
+  store's `dataset_runs`): the runs of a dataset, a run's results, a run's new results.
 
 The three data ports are synchronous (the engine calls them from a worker thread, in batches);
 Langfuse and the store implement all three, and count their requests in a `SourceStats`.
@@ -18,9 +22,9 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from triage.domain.conversations import TraceRef
+from triage.domain.checks import CheckRun, RunItemResult
 from triage.domain.records import (
     Facts,
     Observation,
@@ -31,8 +35,10 @@ from triage.domain.records import (
     Usage,
     WriteOutcome,
 )
+from triage.domain.releases import ReleaseAnswers, TracePlace
 from triage.domain.scores import ScoreBody
-from triage.domain.votes import WindowVotes
+from triage.domain.votes import TraceRef, WindowVotes
+from triage.domain.worklist import DatasetWriteOutcome
 
 
 @dataclass
@@ -59,7 +65,7 @@ class TraceSource(Protocol):
     def session_traces(self, session_ids: Sequence[str]) -> dict[str, list[TraceRef]]:
         """For each session, its traces with the start time of their root observations, in that
         order (ties by id): a turn indexes it, a vote without one is placed by time
-        (`conversations.rated_trace`)."""
+        (`votes.rated_trace`)."""
         ...
 
     def observations(self, trace_ids: Sequence[str]) -> dict[str, list[Observation] | UnreadableTrace]:
@@ -90,6 +96,45 @@ class ScoreSink(Protocol):
 class ScoreReader(Protocol):
     def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
         """The current row of every score with one of `names` timestamped in [start, end)."""
+        ...
+
+
+@runtime_checkable
+class DatasetRuns(Protocol):
+    """Where `triage check` keeps its runs, beside the dataset's items (Langfuse, the embedded store).
+    Synchronous, like the data ports."""
+
+    def dataset_runs(self, dataset: str) -> list[CheckRun]:
+        """Every run of the dataset, newest first; [] when it has none (or there is no dataset)."""
+        ...
+
+    def dataset_run_results(self, run: CheckRun) -> dict[str, RunItemResult]:
+        """The run's results by dataset item id; a case in the run whose result cannot be read
+        has no outcome."""
+        ...
+
+    def write_dataset_run(self, run: CheckRun, results: Sequence[RunItemResult]) -> DatasetWriteOutcome:
+        """Add these results to the run (made when missing), each linked to its trace; a case the
+        run already holds is never added twice. `written`/`failed` are by dataset item id."""
+        ...
+
+
+@runtime_checkable
+class ReleaseSource(Protocol):
+    """What the release watch reads besides votes' and verdicts' scores (Langfuse, the embedded store)."""
+
+    def release_answers(self, start: datetime, end: datetime) -> ReleaseAnswers:
+        """The answers (traces) started in [start, end) per release, as cheaply as the source can
+        count them (Langfuse: its metrics API, else paging the traces), and how they were counted."""
+        ...
+
+    def trace_places(self, trace_ids: Sequence[str]) -> dict[str, TracePlace]:
+        """Each trace's release, version and start; a trace the source does not know is left out."""
+        ...
+
+    def cast_votes(self, score_name: str, start: datetime, end: datetime) -> WindowVotes:
+        """The votes named `score_name` cast in [start, end), the current row of each (no look-back
+        for votes changed later: the release watch counts an answer's vote in its own window)."""
         ...
 
 

@@ -20,6 +20,10 @@ from triage.domain.kernel import clip
 _HTTP_URL = re.compile(r"https?://\S+\Z")
 
 
+#: how sure a judge is of one fact
+Confidence = Literal["high", "medium", "low"]
+
+
 class Layer(StrEnum):
     """Where a thumbs-down answer failed. The order is the report's order."""
 
@@ -170,7 +174,7 @@ class Evidence(_Own):
 
     passage_ids: list[str] = Field(default_factory=list)
     quotes: list[str] = Field(default_factory=list)
-    confidence: Literal["high", "medium", "low"] | None = None
+    confidence: Confidence | None = None
     note: str | None = None
     #: which judge established the fact (`heuristic`, `llm:<model>`, `replay:<file>`, `trace`)
     decided_by: str | None = None
@@ -289,17 +293,54 @@ class WriteOutcome(_Own):
     wait: float | None = None
 
 
+#: what a batch API charges: this share of the direct price, input and output alike (OpenAI,
+#: Anthropic and Gemini all charge half; ../shared/notes/cost.md)
+BATCH_DISCOUNT = 0.5
+
+
 class Usage(_Own):
-    """Model calls and tokens spent by a judge."""
+    """Model calls and tokens spent by a judge.
+
+    `cached_input_tokens`: the part of `input_tokens` the server had cached (a prompt-cache hit, as
+    its reply's `usage.prompt_tokens_details.cached_tokens` says). `batch_*`: the part of each
+    figure answered through a batch API (`triage feedback --batch`); the rest went directly."""
 
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    batch_calls: int = 0
+    batch_input_tokens: int = 0
+    batch_cached_input_tokens: int = 0
+    batch_output_tokens: int = 0
 
     def add(self, other: Usage) -> None:
         self.calls += other.calls
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.cached_input_tokens += other.cached_input_tokens
+        self.batch_calls += other.batch_calls
+        self.batch_input_tokens += other.batch_input_tokens
+        self.batch_cached_input_tokens += other.batch_cached_input_tokens
+        self.batch_output_tokens += other.batch_output_tokens
+
+    def cost(self, input_price: float, output_price: float, cached_input_price: float | None = None) -> float:
+        """US dollars at these prices (per million tokens), as billed: the calls answered in
+        batches at `BATCH_DISCOUNT` of them, cached input tokens at `cached_input_price` (None: at
+        the input price)."""
+        cached_price = input_price if cached_input_price is None else cached_input_price
+
+        def priced(tokens_in: int, cached: int, tokens_out: int) -> float:
+            cached = min(max(cached, 0), tokens_in)
+            return ((tokens_in - cached) * input_price + cached * cached_price + tokens_out * output_price) / 1e6
+
+        direct = priced(
+            self.input_tokens - self.batch_input_tokens,
+            self.cached_input_tokens - self.batch_cached_input_tokens,
+            self.output_tokens - self.batch_output_tokens,
+        )
+        batch = priced(self.batch_input_tokens, self.batch_cached_input_tokens, self.batch_output_tokens)
+        return direct + batch * BATCH_DISCOUNT
 
 
 class StoredScore(_Own):

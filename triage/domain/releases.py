@@ -45,9 +45,9 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import pairwise
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, TypedDict, Unpack
 
 from pydantic import (
     AwareDatetime,
@@ -75,6 +75,16 @@ Per = Literal["answers", "votes"]
 Owners: TypeAlias = Mapping[Layer, Sequence[str]] | Callable[[Layer], Sequence[str]]
 
 
+class CompareOptions(TypedDict, total=False):
+    """How a release pair is compared besides `alpha`: `compare`'s keywords (and defaults), which
+    `watch` and `gate` pass on to it."""
+
+    per: Per
+    owners: Owners | None
+    layers: Iterable[Layer]
+    screen: bool
+
+
 # -- the statistics ----------------------------------------------------------------------------
 
 
@@ -94,9 +104,13 @@ def wilson(count: int, total: int, z: float = Z95) -> tuple[float, float]:
     return low, high
 
 
-def _check_table(a: int, n1: int, b: int, n2: int) -> None:
+def _margins(a: int, n1: int, b: int, n2: int) -> tuple[int, int, int, int]:
+    """The table's failures `k` and answers `n`, and the lowest and highest count its first row
+    can hold given those margins."""
     if not (0 <= a <= n1 and 0 <= b <= n2):
         raise ValueError(f"not a 2x2 table: {a} of {n1} against {b} of {n2}")
+    k, n = a + b, n1 + n2
+    return k, n, max(0, n1 - (n - k)), min(k, n1)
 
 
 def _log_comb(n: int, k: int) -> float:
@@ -116,9 +130,7 @@ def fisher_greater(a: int, n1: int, b: int, n2: int) -> float:
 
     The tail is summed away from the distribution's mode, where its terms only shrink (and the sum
     stops when they no longer count); a tail that holds the mode is one minus the other tail."""
-    _check_table(a, n1, b, n2)
-    k, n = a + b, n1 + n2
-    low, high = max(0, n1 - (n - k)), min(k, n1)
+    k, n, low, high = _margins(a, n1, b, n2)
     if a <= low:
         return 1.0
     mode = (n1 + 1) * (k + 1) // (n + 2)
@@ -143,9 +155,7 @@ def fisher_greater(a: int, n1: int, b: int, n2: int) -> float:
 def min_p_value(a: int, n1: int, b: int, n2: int) -> float:
     """The smallest one-sided p-value `fisher_greater` can give a table with these margins (`n1`,
     `n2` and `a + b` failures): all the failures it can hold in the first row."""
-    _check_table(a, n1, b, n2)
-    k, n = a + b, n1 + n2
-    low, high = max(0, n1 - (n - k)), min(k, n1)
+    k, n, low, high = _margins(a, n1, b, n2)
     return 1.0 if high <= low else _pmf(high, n1, k, n)
 
 
@@ -167,11 +177,11 @@ def holm(p_values: Sequence[float]) -> list[float]:
 # -- what the sources give ---------------------------------------------------------------------
 
 
-class _Record(BaseModel):
+class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ReleaseCounts(_Record):
+class ReleaseCounts(_Model):
     """One release's counts over a window, as a source gives them.
 
     `answers`: its traces; `votes`: the answers with a vote (one per answer, however many votes it
@@ -216,7 +226,7 @@ class ReleaseCounts(_Record):
         return self.answers if per == "answers" else self.votes
 
 
-class TraceRow(_Record):
+class TraceRow(_Model):
     """One answer's row, for a source that reads traces rather than counts. A trace may come in
     several rows (its vote in one, its verdict in another): `from_rows` merges them."""
 
@@ -231,14 +241,14 @@ class TraceRow(_Record):
     signature: str | None = None
 
 
-class RowNote(_Record):
+class RowNote(_Model):
     """A trace's rows that do not agree with one another, and what was counted of it."""
 
     trace_id: str
     reason: str
 
 
-class ReleaseRows(_Record):
+class ReleaseRows(_Model):
     """What a source's rows make: counts per release (by first seen), the answers whose trace
     carries no release (they belong to no release, so no comparison), and the notes."""
 
@@ -334,7 +344,7 @@ def _in_order(releases: Iterable[ReleaseCounts]) -> list[ReleaseCounts]:
 # -- what the report needs ---------------------------------------------------------------------
 
 
-class Rate(_Record):
+class Rate(_Model):
     """`count` of `total`, with its Wilson 95% interval (all None when `total` is 0)."""
 
     count: int
@@ -353,17 +363,17 @@ def rate(count: int, total: int) -> Rate:
     return Rate(count=count, total=total, value=count / total, low=low, high=high)
 
 
-class LayerRate(_Record):
+class LayerRate(_Model):
     layer: Layer
     rate: Rate
 
 
-class SignatureCount(_Record):
+class SignatureCount(_Model):
     signature: str
     count: int
 
 
-class ReleaseStats(_Record):
+class ReleaseStats(_Model):
     """One release's figures: its counts, its rates over `per`, its failures' layers and signatures."""
 
     release: str
@@ -400,15 +410,16 @@ def release_stats(counts: ReleaseCounts, per: Per = "answers") -> ReleaseStats:
             for layer in Layer
             if counts.layers.get(layer, 0) > 0
         ],
-        signatures=[
-            SignatureCount(signature=s, count=n)
-            for s, n in sorted(counts.signatures.items(), key=lambda item: (-item[1], item[0]))
-            if n > 0
-        ],
+        signatures=[SignatureCount(signature=s, count=n) for s, n in _most_first(counts.signatures)],
     )
 
 
-class RateTest(_Record):
+def _most_first(signatures: Mapping[str, int]) -> list[tuple[str, int]]:
+    """The signatures with failures, the most failures first (then by name)."""
+    return sorted(((s, n) for s, n in signatures.items() if n > 0), key=lambda item: (-item[1], item[0]))
+
+
+class RateTest(_Model):
     """One comparison: is the candidate's rate higher than the baseline's?"""
 
     layer: Layer | None  # None: the thumbs-down rate
@@ -422,7 +433,7 @@ class RateTest(_Record):
     owners: list[str]  # the layer's owners (none for the thumbs-down rate)
 
 
-class Comparison(_Record):
+class Comparison(_Model):
     """A release (the candidate) against another (the baseline): the thumbs-down rate and each
     compared layer's, corrected together."""
 
@@ -514,11 +525,7 @@ def compare(
         )
         for i, (layer, a, b) in enumerate(tables)
     ]
-    new = [
-        s
-        for s, n in sorted(candidate.signatures.items(), key=lambda item: (-item[1], item[0]))
-        if n > 0 and baseline.signatures.get(s, 0) == 0
-    ]
+    new = [s for s, _ in _most_first(candidate.signatures) if baseline.signatures.get(s, 0) == 0]
     return Comparison(
         candidate=candidate.release,
         baseline=baseline.release,
@@ -529,7 +536,7 @@ def compare(
     )
 
 
-class ReleaseWatch(_Record):
+class ReleaseWatch(_Model):
     """Every release of a window, by first seen, and each against the one before it."""
 
     per: Per
@@ -549,31 +556,26 @@ class ReleaseWatch(_Record):
 
 
 def watch(
-    releases: Iterable[ReleaseCounts],
-    *,
-    alpha: float = ALPHA,
-    per: Per = "answers",
-    owners: Owners | None = None,
-    layers: Iterable[Layer] = COMPARED_LAYERS,
-    screen: bool = True,
+    releases: Iterable[ReleaseCounts], *, alpha: float = ALPHA, **options: Unpack[CompareOptions]
 ) -> ReleaseWatch:
     """Each release's figures, and each release against the previous one (by first seen, then
     name). The false-alarm rate is held at `alpha` per pair, not over the window's pairs."""
     _check_alpha(alpha)
     ordered = _in_order(releases)
-    compared = tuple(dict.fromkeys(layers))
+    per = options.get("per", "answers")
+    # read once: `layers` may be an iterator, and every pair compares them
+    options["layers"] = tuple(dict.fromkeys(options.get("layers", COMPARED_LAYERS)))
     return ReleaseWatch(
         per=per,
         alpha=alpha,
         releases=[release_stats(r, per) for r in ordered],
         comparisons=[
-            compare(current, previous, alpha=alpha, per=per, owners=owners, layers=compared, screen=screen)
-            for previous, current in pairwise(ordered)
+            compare(current, previous, alpha=alpha, **options) for previous, current in pairwise(ordered)
         ],
     )
 
 
-class Gate(_Record):
+class Gate(_Model):
     """`triage releases --candidate R --baseline R0`: the two releases' figures and their comparison."""
 
     candidate: ReleaseStats
@@ -588,22 +590,92 @@ class Gate(_Record):
 
 
 def gate(
-    candidate: ReleaseCounts,
-    baseline: ReleaseCounts,
-    alpha: float = ALPHA,
-    *,
-    per: Per = "answers",
-    owners: Owners | None = None,
-    layers: Iterable[Layer] = COMPARED_LAYERS,
-    screen: bool = True,
+    candidate: ReleaseCounts, baseline: ReleaseCounts, alpha: float = ALPHA, **options: Unpack[CompareOptions]
 ) -> Gate:
     """The release gate: the candidate against the named baseline, whichever was seen first."""
     if candidate.release == baseline.release:
         raise ValueError(f"the candidate and the baseline are the same release ({candidate.release!r})")
+    per = options.get("per", "answers")
     return Gate(
         candidate=release_stats(candidate, per),
         baseline=release_stats(baseline, per),
-        comparison=compare(
-            candidate, baseline, alpha=alpha, per=per, owners=owners, layers=layers, screen=screen
-        ),
+        comparison=compare(candidate, baseline, alpha=alpha, **options),
     )
+
+
+# -- what a source reads, and the window a command or the report shows -------------------------
+
+
+class ReleaseAnswers(_Model):
+    """A window's answers per release, as a source counts them (no votes or verdicts yet: their
+    `votes`, `thumbs_down`, `layers` and `signatures` are 0), the answers that carry no release, and
+    how they were counted (`counted_by`, said in the log and the report).
+
+    `resolution`: how precise `first_seen` and `last_seen` are (0: exact; a metrics API's time
+    bucket: the first answer is somewhere in the bucket that starts at `first_seen`, the last in the
+    one that ends at `last_seen`)."""
+
+    releases: list[ReleaseCounts]
+    unreleased: NonNegativeInt = 0
+    counted_by: str
+    resolution: timedelta = timedelta(0)
+
+
+class TracePlace(_Model):
+    """Where one answer belongs: its release (None: it carries none), version and start."""
+
+    release: str | None = None
+    version: str | None = None
+    start: AwareDatetime
+
+
+def merge_answers(
+    answers: Sequence[ReleaseCounts], voted: Sequence[ReleaseCounts], resolution: timedelta = timedelta(0)
+) -> list[ReleaseCounts]:
+    """Each release's answers (from `answers`, a source's counts) with its votes, thumbs-down, layers
+    and signatures (from `voted`, `from_rows` over the answers with a vote or a verdict).
+
+    The voted answers are some of the release's answers; where a source counted fewer (data a
+    metrics store has not caught up with), the voted ones are the count. A release with votes and no
+    counted answers is kept the same way. When the source's times are buckets (`resolution`), a
+    voted answer's exact time inside the first (or last) bucket is the better estimate: two releases
+    first seen in the same hour are then ordered by their answers, not by name."""
+    counted = {r.release: r for r in answers}
+    with_votes = {r.release: r for r in voted}
+    merged = []
+    for name in dict.fromkeys([*counted, *with_votes]):
+        a, v = counted.get(name), with_votes.get(name)
+        if v is None:
+            assert a is not None
+            merged.append(a)
+            continue
+        if a is None:
+            merged.append(v)
+            continue
+        first = v.first_seen if a.first_seen <= v.first_seen < a.first_seen + resolution else a.first_seen
+        last = v.last_seen if a.last_seen - resolution < v.last_seen <= a.last_seen else a.last_seen
+        merged.append(
+            v.model_copy(
+                update={
+                    "version": a.version or v.version,
+                    "first_seen": min(first, v.first_seen),
+                    "last_seen": max(last, v.last_seen),
+                    "answers": max(a.answers, v.answers),
+                }
+            )
+        )
+    return _in_order(merged)
+
+
+class ReleaseWindow(_Model):
+    """`triage releases` and the report's Releases section: the window, how its answers were
+    counted, every release's figures and comparisons (`watch`), the gate when one was asked."""
+
+    start: datetime
+    end: datetime
+    counted_by: str
+    unreleased: int  # answers that carry no release
+    watch: ReleaseWatch
+    gate: Gate | None = None
+    #: what was read but not counted, and why (votes on answers from before the window, ...)
+    notes: list[str] = Field(default_factory=list)

@@ -10,9 +10,9 @@ Only the facts a branch needs are required: a fact the branch needs that is `Non
 established) makes the trace undecided, named by `Undetermined.missing`.
 
 `walk` returns the layer with the facts the rule read on the way, in order (`RulePath`): a
-verdict's confidence, the findings an owner reads and the cascade's escalation are all computed
-from that path, so nothing mirrors the rule by hand. The component and the owners of the fix are
-here too: they follow from the layer.
+verdict's confidence (and whether it is *sure* or a *suggestion*), the findings an owner reads and
+the cascade's escalation are all computed from that path, so nothing mirrors the rule by hand. The
+component and the owners of the fix are here too: they follow from the layer.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from triage.domain.config import Component, TriageConfig
-from triage.domain.records import AGENT_LAYERS, Facts, Layer
+from triage.domain.records import AGENT_LAYERS, Confidence, Facts, Layer
 
 
 class Undetermined(Exception):
@@ -35,7 +35,6 @@ class Undetermined(Exception):
 
 
 #: how sure a fact (and so a verdict) is
-Confidence = Literal["high", "medium", "low"]
 _ORDER: dict[Confidence, int] = {"low": 0, "medium": 1, "high": 2}
 
 
@@ -75,6 +74,13 @@ class RulePath:
             level = held.confidence if held is not None and name != self.missing else None
             levels.append(level or "low")
         return min(levels, key=_ORDER.__getitem__, default="high")
+
+    @property
+    def sure(self) -> bool:
+        """Whether the verdict is *sure*: the rule reached a layer and every judged fact it read on
+        the way is `high` (a path that reads none, the agent never searched, rests on the trace
+        alone). Anything else is a *suggestion*, for a person or a model to check."""
+        return self.layer is not None and self.confidence == "high"
 
 
 class _Reader:

@@ -3,22 +3,40 @@
 Every thumbs-down ends either triaged (and written, with `write`), or listed as `Undecided` with a
 reason. The flow: read the window's votes, group them by trace (sessions resolved), drop traces
 already triaged under this rule version, then stream the rest (`triage.engine.stream`).
+
+The run's lifecycle: opening the searcher (degraded when it is down) and honouring SIGTERM.
+
+Votes grouped by trace: a vote on a session goes to the trace it rates (`domain.votes.rated_trace`).
+
+After the traces: signatures and the trend, read from the scores already stored, written back.
+
+The history is the `triage_signature` scores of tonight and the 7 nights before (each carries its
+layer, component and owners in metadata), so there is no state besides the scores: Langfuse or
+the embedded store answers for every night, and another tool can read the same.
+
+Then the release watch over the same nights (`gather_releases`, also `triage releases`): the
+answers per release from the source, each answer's votes and current verdict, each release
+against the one before it (`domain.releases`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from triage.domain.config import TriageConfig
-from triage.domain.outcome import RunResult
+from triage.domain.kernel import iso_z
+from triage.domain.outcome import Entry, RunResult
 from triage.domain.ports import (
     Backend,
     Judge,
+    ReleaseSource,
     ScoreReader,
     ScoreSink,
     Searcher,
@@ -26,19 +44,206 @@ from triage.domain.ports import (
     TraceSource,
     VoteSource,
 )
-from triage.domain.records import WriteOutcome
-from triage.engine.ledger import Ledger
-from triage.engine.lifecycle import open_searcher, stop_on_sigterm
-from triage.engine.options import RunOptions, window
-from triage.engine.sessions import votes_by_trace
-from triage.engine.stream import Stream
-from triage.engine.verdicts import VerdictMaker
-from triage.engine.worklist import build_worklist, signature_batches
-from triage.errors import SourceError
+from triage.domain.records import Layer, StoredScore, Vote, WriteOutcome
+from triage.domain.releases import (
+    ALPHA,
+    Per,
+    ReleaseCounts,
+    ReleaseWindow,
+    TracePlace,
+    TraceRow,
+    from_rows,
+    gate,
+    merge_answers,
+    watch,
+)
+from triage.domain.rule import owners as rule_owners
+from triage.domain.scores import JobScoreNames, ScoreBody, SignatureMeta, current_scores, score_id
+from triage.domain.votes import TurnPending, rated_trace
+from triage.domain.worklist import NIGHTS, Member, Night, Signature, Worklist, assign
+from triage.engine.stream import Flight, Ledger, RunOptions, Stream, VerdictMaker, window
+from triage.errors import SearchError, SourceError, UsageError
 from triage.judges.heuristic import HeuristicJudge
 from triage.retry import Budget
 from triage.search.local import Researcher
 from triage.sinks.exports import open_facts_file
+
+log = logging.getLogger("triage")
+
+
+@asynccontextmanager
+async def open_searcher(
+    searcher: AbstractAsyncContextManager[Searcher] | None,
+) -> AsyncIterator[tuple[Searcher | None, str | None]]:
+    """Enter the searcher: (searcher, None), or (None, why) when there is none or it cannot be
+    reached; then the run goes on without re-search (degraded). What the first contact finds wrong
+    with the configuration (a refused token, nothing at the MCP path, a tool the server lacks) is a
+    `ConfigError`: it ends the run (exit 3) before any trace is judged."""
+    if searcher is None:
+        yield None, "no search configured"
+        return
+    try:
+        entered = await searcher.__aenter__()
+    except SearchError as ex:  # a ConfigError is not: it ends the run
+        log.warning("search unavailable: %s", ex, extra={"event": "search_unavailable"})
+        yield None, str(ex)
+        return
+    try:
+        yield entered, None
+    finally:
+        await searcher.__aexit__(None, None, None)
+
+
+@contextmanager
+def stop_on_sigterm(stop: asyncio.Event, budget: Budget | None = None) -> Iterator[None]:
+    """Kubernetes sends SIGTERM before it kills a Pod: set `stop`, so the run finishes what is in
+    flight, writes it and reports; cancel `budget`, so no outside call waits out a back-off."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGTERM, _on_sigterm, stop, budget)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _on_sigterm(stop: asyncio.Event, budget: Budget | None) -> None:
+    log.warning("SIGTERM: finishing the traces in flight, listing the rest", extra={"event": "sigterm"})
+    stop.set()
+    if budget is not None:
+        budget.cancel()
+
+
+def votes_by_trace(traces: TraceSource, votes: list[Vote], ledger: Ledger) -> dict[str, list[Vote]]:
+    """Trace id -> its votes. A vote on neither a trace nor a session is bad input; a session vote
+    whose trace has not arrived yet (its turn, or without one its latest answer at the vote's time)
+    is pending. Both are listed."""
+    by_trace: dict[str, list[Vote]] = {}
+    session_votes = [v for v in votes if not v.trace_id]
+    sessions = traces.session_traces(sorted({v.session_id for v in session_votes if v.session_id}))
+    for vote in votes:
+        if vote.trace_id:
+            by_trace.setdefault(vote.trace_id, []).append(vote)
+            continue
+        if not vote.session_id:
+            ledger.skip([vote], None, "bad_input", "vote is on neither a trace nor a session")
+            continue
+        rated = rated_trace(vote, sessions.get(vote.session_id, []))
+        if isinstance(rated, TurnPending):
+            ledger.skip([vote], None, "pending", rated.reason)
+        else:
+            by_trace.setdefault(rated, []).append(vote)
+    return by_trace
+
+
+log = logging.getLogger("triage")
+
+TITLE_CHARS = 120
+
+
+def night_of(stamp: datetime, end: datetime, length: timedelta) -> int:
+    """0 for tonight's window (end - length, end], 1 for the one before, ..."""
+    return max(0, int((end - stamp) / length))
+
+
+def known_signatures(
+    rows: Sequence[StoredScore], end: datetime, length: timedelta, config: TriageConfig
+) -> tuple[list[Signature], list[Night]]:
+    """The signatures and night counts the stored signature scores describe."""
+    nights = [Night(n, end - length * (n + 1), end - length * n) for n in range(NIGHTS + 1)]
+    sigs: dict[str, Signature] = {}
+    for row in sorted(rows, key=lambda r: (r.timestamp, r.id)):
+        meta = SignatureMeta.from_stored(row.metadata)
+        if row.trace_id is None or not isinstance(row.value, str) or meta.rule_version != config.rule_version:
+            continue
+        night = night_of(row.timestamp, end, length)
+        if night > NIGHTS:
+            continue
+        sig = sigs.get(row.value)
+        if sig is None:
+            sig = sigs[row.value] = Signature(
+                id=row.value,
+                layer=meta.layer,
+                component=meta.component,
+                terms=frozenset(meta.terms),
+                title=meta.title,
+            )
+        sig.add(night, row.trace_id, row.timestamp)
+        nights[night].count(meta.layer, meta.owners)
+    return list(sigs.values()), nights
+
+
+def build_worklist(
+    history: ScoreReader, entries: Sequence[Entry], result: RunResult, config: TriageConfig, length: timedelta
+) -> Worklist:
+    """Assign tonight's entries to signatures (known ones first) and count the nights.
+
+    A night is `length` long (the run's `--since-hours`, without the overlap), counted back from
+    the window's end; this run's own entries count as tonight wherever their trace started."""
+    rows = history.scores([config.scores.signature], result.end - length * (NIGHTS + 1), result.end + length)
+    known, nights = known_signatures(rows, result.end, length, config)
+    already = {trace_id for sig in known for trace_id in sig.tonight}
+    members = [
+        Member(e.trace_id, e.layer.value, e.component, e.question, e.start) for e in entries
+    ]
+    chosen = assign(members, known)
+    for entry in entries:
+        sig = chosen[entry.trace_id]
+        entry.signature = sig.id
+        if entry.trace_id not in already:
+            nights[0].count(entry.layer.value, entry.owners)
+    seen = {sig.id: sig for sig in [*known, *chosen.values()]}
+    tonight = sorted((s for s in seen.values() if s.tonight), key=lambda s: (-len(s.tonight), s.id))
+    resolved = sorted((s for s in seen.values() if not s.tonight), key=lambda s: (-s.count, s.id))
+    return Worklist(signatures=tonight, resolved=resolved, nights=nights)
+
+
+def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: TriageConfig) -> list[ScoreBody]:
+    """One `triage_signature` score per entry, with what later nights need to read it back."""
+    by_id = {sig.id: sig for sig in worklist.signatures}
+    name = config.scores.signature
+    out = []
+    for entry in entries:
+        if entry.signature is None or entry.score_time is None or not entry.written:
+            continue  # a verdict not written has no signature score either: a rerun writes both
+        sig = by_id[entry.signature]
+        out.append(
+            ScoreBody(
+                data_type="CATEGORICAL",
+                id=score_id(entry.trace_id, name, config.rule_version),
+                trace_id=entry.trace_id,
+                name=name,
+                value=sig.id,
+                comment=f"{sig.layer} / {sig.component}",
+                metadata=SignatureMeta(
+                    layer=entry.layer.value,
+                    component=entry.component,
+                    owners=entry.owners,
+                    terms=sorted(sig.terms),
+                    title=sig.title[:TITLE_CHARS],
+                    rule_version=config.rule_version,
+                ).to_metadata(),
+                timestamp=entry.score_time,
+                environment=entry.environment,
+            )
+        )
+    return out
+
+
+def signature_batches(
+    entries: Sequence[Entry], worklist: Worklist, config: TriageConfig, size: int
+) -> Iterator[list[ScoreBody]]:
+    """`signature_scores` a batch of at most `size` entries at a time (each batch made only when
+    asked for), so that the scores to write, and their read-back, never grow with the window."""
+    step = max(1, size)
+    for start in range(0, len(entries), step):
+        writes = signature_scores(entries[start : start + step], worklist, config)
+        if writes:
+            yield writes
+
 
 log = logging.getLogger("triage")
 
@@ -55,11 +260,16 @@ class Sources:
     stats: SourceStats
     #: the scores of earlier nights (signatures, trends); None: no worklist
     history: ScoreReader | None = None
+    #: the answers per release (the report's Releases section, with `history`); None: no section
+    releases: ReleaseSource | None = None
 
     @classmethod
     def of(cls, backend: Backend) -> Sources:
         """All of them from one system (Langfuse, or the embedded store)."""
-        return cls(votes=backend, traces=backend, scores=backend, stats=backend.stats, history=backend)
+        releases = backend if isinstance(backend, ReleaseSource) else None
+        return cls(
+            votes=backend, traces=backend, scores=backend, stats=backend.stats, history=backend, releases=releases
+        )
 
 
 async def run_feedback(
@@ -70,15 +280,17 @@ async def run_feedback(
     options: RunOptions,
     searcher: AbstractAsyncContextManager[Searcher] | None = None,
     budget: Budget | None = None,
+    flight: Flight | None = None,
 ) -> RunResult:
     """Triage every thumbs-down in the window. The one core function behind `triage feedback`.
 
     SIGTERM, from the first read on, stops new work: traces in flight finish and are written, the
     rest are listed, and `budget` (shared with the outside systems' retries) is cancelled so no
-    call waits out a back-off while the Pod's grace period runs."""
+    call waits out a back-off while the Pod's grace period runs. `flight` (batch mode) is told when
+    each trace starts and ends."""
     stop = asyncio.Event()  # set on SIGTERM
     with stop_on_sigterm(stop, budget):
-        return await _run(sources, judge, config, options, searcher, stop)
+        return await _run(sources, judge, config, options, searcher, stop, flight)
 
 
 async def _run(
@@ -88,6 +300,7 @@ async def _run(
     options: RunOptions,
     searcher: AbstractAsyncContextManager[Searcher] | None,
     stop: asyncio.Event,
+    flight: Flight | None = None,
 ) -> RunResult:
     started = time.monotonic()
     start, end = window(options, config)
@@ -133,6 +346,7 @@ async def _run(
                 search_down=down_reason if judge.needs_research else None,
                 facts_out=facts_out,
                 concurrency=options.concurrency,
+                flight=flight,
             )
             by_trace = await asyncio.to_thread(votes_by_trace, sources.traces, down, ledger)
             # from here each trace's votes travel with it and are dropped once it is done, so memory
@@ -167,6 +381,8 @@ async def _run(
             result.search_calls = researcher.calls if researcher else 0
     if sources.history is not None and not stop.is_set():
         await _worklist(sources, result, config, options)
+    if sources.history is not None and sources.releases is not None and not stop.is_set():
+        await _releases(sources, result, config, options)
     result.usage = judge.usage
     result.requests = sources.stats.requests
     result.elapsed = time.monotonic() - started
@@ -211,3 +427,143 @@ async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: Tria
         chunk = trace_ids[i : i + TRIAGED_PER_READ]
         done |= await asyncio.to_thread(scores.triaged, chunk, config.scores.layer, config.rule_version)
     return done
+
+
+# -- the release watch: each release of the window, and each against the one before it ---------
+
+
+def gather_releases(
+    source: ReleaseSource,
+    traces: TraceSource,
+    scores: ScoreReader,
+    config: TriageConfig,
+    start: datetime,
+    end: datetime,
+    *,
+    tonight: Sequence[Entry] = (),
+    alpha: float = ALPHA,
+    per: Per = "answers",
+    gate_pair: tuple[str, str] | None = None,
+) -> ReleaseWindow:
+    """The releases of the answers started in [start, end), each against the one before it
+    (`domain.releases.watch`); with `gate_pair` (candidate, baseline), the release gate between
+    those two (`domain.releases.gate`), a `UsageError` naming the window's releases when one of
+    them has no answer in it.
+
+    The answers per release come from the source (`release_answers`: Langfuse's metrics API, the
+    store's GROUP BY). Then, per answer of the window: its votes cast in the window (a vote on a
+    conversation counts for the turn it rates, as the job places it), and its failure's layer and
+    signature, the job's current verdict (`current_scores`), tonight's `tonight` entries over the
+    stored ones. The owners of a layer are the configuration's (`rule.owners`) for the components
+    its failures were given."""
+    answers = source.release_answers(start, end)
+    notes: list[str] = []
+    counts: list[ReleaseCounts] = []
+    components: dict[Layer, set[str]] = {}
+    if answers.releases:
+        votes = source.cast_votes(config.scores.vote, start, end).votes
+        session_ids = sorted({v.session_id for v in votes if not v.trace_id and v.session_id})
+        sessions = traces.session_traces(session_ids) if session_ids else {}
+        voted: list[tuple[str, Vote]] = []
+        unplaced = 0
+        for vote in votes:
+            rated = vote.trace_id or (rated_trace(vote, sessions.get(vote.session_id, [])) if vote.session_id else None)
+            if isinstance(rated, str):
+                voted.append((rated, vote))
+            else:
+                unplaced += 1
+        names = JobScoreNames(layer=config.scores.layer, component=config.scores.component,
+                              signature=config.scores.signature)  # fmt: skip
+        stored = scores.scores([config.scores.layer, config.scores.component, config.scores.signature], start, end)
+        verdicts: dict[str, tuple[Layer | None, str | None, str | None]] = {}
+        for trace_id, held in current_scores(stored, names, config.rule_version).items():
+            signature = held.signature.value if held.signature is not None else None
+            verdicts[trace_id] = (
+                held.layer_value, held.component_value, signature if isinstance(signature, str) else None
+            )
+        for entry in tonight:
+            verdicts[entry.trace_id] = (entry.layer, entry.component, entry.signature)
+        places = source.trace_places(sorted({t for t, _ in voted} | set(verdicts)))
+
+        def place_of(trace_id: str) -> TracePlace | None:
+            place = places.get(trace_id)
+            return place if place is not None and start <= place.start < end else None
+
+        rows: list[TraceRow] = []
+        outside = 0
+        for trace_id, vote in voted:
+            place = place_of(trace_id)
+            if place is None:
+                outside += 1
+                continue
+            rows.append(TraceRow(trace_id=trace_id, release=place.release, version=place.version,
+                                 timestamp=place.start, vote=vote.value))  # fmt: skip
+        for trace_id, (layer, component, signature) in verdicts.items():
+            place = place_of(trace_id)
+            if place is None or (layer is None and signature is None):
+                continue
+            rows.append(TraceRow(trace_id=trace_id, release=place.release, version=place.version,
+                                 timestamp=place.start, layer=layer, signature=signature))  # fmt: skip
+            if layer is not None:
+                components.setdefault(layer, set()).add(component or config.agent.default_component)
+        read = from_rows(rows)
+        counts = merge_answers(answers.releases, read.releases, answers.resolution)
+        if outside:
+            notes.append(f"{outside} votes on answers that started before the window (or are unknown): not counted")
+        if unplaced:
+            notes.append(f"{unplaced} votes on a conversation whose rated turn is not there yet: not counted")
+        if read.notes:
+            notes.append(f"{len(read.notes)} answers whose rows disagree, e.g. {read.notes[0].reason}")
+
+    def owners_of(layer: Layer) -> list[str]:
+        found = sorted(components.get(layer) or {config.agent.default_component})
+        return list(dict.fromkeys(o for component in found for o in rule_owners(layer, component, config)))
+
+    watched = watch(counts, alpha=alpha, per=per, owners=owners_of)
+    log.info(
+        "releases %s .. %s: %d, answers counted by %s; worse than the one before: %s",
+        start.isoformat(timespec="minutes"),
+        end.isoformat(timespec="minutes"),
+        len(watched.releases),
+        answers.counted_by,
+        ", ".join(watched.flagged) or "none",
+        extra={"event": "releases", "flagged": watched.flagged},
+    )
+    for note in notes:
+        log.info("releases: %s", note, extra={"event": "releases_note"})
+    gated = None
+    if gate_pair is not None:
+        by_name = {c.release: c for c in counts}
+        unknown = [name for name in gate_pair if name not in by_name]
+        if unknown:
+            found = ", ".join(sorted(by_name)) or "none"
+            raise UsageError(
+                f"release {', '.join(map(repr, unknown))} has no answer started between {iso_z(start)} and "
+                f"{iso_z(end)} (--since-hours); the releases of that window: {found}"
+            )
+        candidate, baseline = gate_pair
+        if candidate == baseline:
+            raise UsageError(f"--candidate and --baseline name the same release ({candidate!r})")
+        gated = gate(by_name[candidate], by_name[baseline], alpha, per=per, owners=owners_of)
+    return ReleaseWindow(
+        start=start, end=end, counted_by=answers.counted_by, unreleased=answers.unreleased,
+        watch=watched, gate=gated, notes=notes,
+    )  # fmt: skip
+
+
+async def _releases(sources: Sources, result: RunResult, config: TriageConfig, options: RunOptions) -> None:
+    """The report's Releases section: tonight and the nights before it (as the worklist's trend),
+    since a release usually lives for days and is compared with the one before it. A failure here
+    costs the section, never the run's verdicts."""
+    assert sources.history is not None and sources.releases is not None
+    length = timedelta(hours=options.since_hours)
+    start = result.end - length * (NIGHTS + 1)
+    try:
+        shown = await asyncio.to_thread(
+            gather_releases, sources.releases, sources.traces, sources.history, config, start, result.end,
+            tonight=result.entries,
+        )  # fmt: skip
+    except SourceError as ex:
+        log.warning("no releases tonight: they could not be read: %s", ex, extra={"event": "releases_unavailable"})
+        return
+    result.releases = shown if shown.watch.releases else None

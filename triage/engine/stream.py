@@ -4,24 +4,395 @@
 
 Both queues are bounded, so memory stays flat however large the window: when judging lags, reads
 wait; when writes lag, judges wait.
+
+How a run is asked for (`RunOptions`, `window`): the window, writing, concurrency, shard and facts file.
+
+`now` is a field of every command's options record (this one, and calibrate's, queue's, promote's,
+votes' and eval's): the moment the window ends at, the current time unless a caller fixes it.
+
+A progress line every few seconds, for a log read without a terminal (`Progress`).
+
+The run's ledger (`Ledger`): every thumbs-down ends here, triaged (an `Entry`) or listed (`Skipped`).
+
+One trace to one verdict (`VerdictMaker`): re-search, judge, rule, component and owners, then its scores.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Protocol
 
+from triage.domain import kernel
 from triage.domain.config import TriageConfig
-from triage.domain.outcome import Entry
-from triage.domain.ports import ScoreSink, TraceSource
-from triage.domain.records import Observation, Trace, UnreadableTrace, Vote
-from triage.domain.scores import ScoreBody
-from triage.engine.ledger import Ledger
-from triage.engine.options import RunOptions
-from triage.engine.progress import Progress
-from triage.engine.verdicts import VerdictMaker
-from triage.errors import ConfigError, InputError, SourceError, TriageError, leaves
+from triage.domain.outcome import Entry, Findings, RunResult, Shard, Skipped, shorten
+from triage.domain.ports import Judge, JudgeRequest, ScoreSink, SearchMore, TraceSource
+from triage.domain.records import (
+    Evidence,
+    Facts,
+    Observation,
+    Passage,
+    Trace,
+    Undecided,
+    UndecidedKind,
+    UnreadableTrace,
+    Verdict,
+    Vote,
+    bounded,
+    decided_by,
+)
+from triage.domain.rule import RulePath, Undetermined, choose_component, explain, owners, walk
+from triage.domain.scores import ScoreBody, VerdictMeta, score_id, score_timestamp
+from triage.domain.votes import BadVote
+from triage.errors import (
+    ConfigError,
+    InputError,
+    JudgeError,
+    JudgeRejected,
+    SearchError,
+    SourceError,
+    TriageError,
+    leaves,
+)
 from triage.reading.trace import read_trace
+from triage.redact import redact
+from triage.search.local import Researcher
+from triage.sinks.exports import write_facts_line
+
+
+@dataclass
+class RunOptions:
+    since_hours: float = 24.0
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    write: bool = False
+    force: bool = False
+    concurrency: int = 8
+    batch_size: int = 100
+    shard: Shard = field(default_factory=Shard)
+    facts_file: Path | None = None
+    progress_seconds: float = 5.0
+    #: `--batch`: the model judge's calls go through the Batch API (`judges.batch_rounds`); the run
+    #: then judges up to its cap of traces at once, so their calls share a round
+    batch_mode: bool = False
+
+
+class Flight(Protocol):
+    """Told which traces are being triaged, each from its start to its verdict: batch mode's
+    collector sends the calls it gathered once every trace in flight waits on it."""
+
+    def flying(self, trace_id: str) -> AbstractContextManager[None]: ...
+
+
+def window(options: RunOptions, config: TriageConfig) -> tuple[datetime, datetime]:
+    """[start, end): `since_hours` ending `lag` before now, reaching `overlap` further back."""
+    lag, overlap = config.window.lag_minutes, config.window.overlap_minutes
+    return kernel.window(options.now, options.since_hours, lag_minutes=lag, overlap_minutes=overlap)
+
+
+log = logging.getLogger("triage")
+
+
+class Progress:
+    """done/total, rate and ETA, logged at most every `every` seconds (and once at the end)."""
+
+    def __init__(self, total: int, every: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.every, self.clock = total, every, clock
+        self.started = self.last = clock()
+        self.done = 0
+
+    def tick(self, force: bool = False) -> None:
+        self.done += 0 if force else 1
+        now = self.clock()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        rate = self.done / max(now - self.started, 1e-9)
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        log.info(
+            "progress %d/%d (%d%%) %.1f traces/s ETA %ds",
+            self.done,
+            self.total,
+            100 * self.done // max(self.total, 1),
+            rate,
+            round(eta),
+            extra={"event": "progress", "done": self.done, "total": self.total},
+        )
+
+
+log = logging.getLogger("triage")
+
+
+def comments(votes: Sequence[Vote]) -> list[str]:
+    """The votes' non-empty comments, stripped."""
+    return [v.comment.strip() for v in votes if v.comment and v.comment.strip()]
+
+
+class Ledger:
+    """Writes entries and skipped votes into `result`, with links from `traces`."""
+
+    def __init__(self, result: RunResult, traces: TraceSource) -> None:
+        self.result = result
+        self.traces = traces
+
+    def add(self, entry: Entry) -> None:
+        self.result.entries.append(entry)
+
+    def skip(
+        self,
+        votes: Sequence[Vote],
+        trace_id: str | None,
+        kind: UndecidedKind,
+        reason: str,
+        question: str | None = None,
+    ) -> None:
+        self._list([v.id for v in votes], trace_id, kind, reason, question, comments(votes))
+
+    def unreadable(self, bad: BadVote) -> None:
+        """A row of the vote score that cannot be read: bad input, listed with its reason."""
+        on = f" (on session {bad.session_id})" if bad.session_id else ""
+        said = [bad.comment.strip()] if bad.comment and bad.comment.strip() else []
+        reason = f"the vote cannot be read{on}: {bad.reason}"
+        self._list([bad.id or "(no id)"], bad.trace_id, "bad_input", reason, said=said)
+
+    def _list(
+        self,
+        vote_ids: list[str],
+        trace_id: str | None,
+        kind: UndecidedKind,
+        reason: str,
+        question: str | None = None,
+        said: list[str] | None = None,
+    ) -> None:
+        # reasons often quote an outside system's error text: never let a secret through
+        reason = redact(reason)
+        undecided = Undecided(vote_ids=vote_ids, trace_id=trace_id, kind=kind, reason=reason)
+        url = self.traces.trace_url(trace_id) if trace_id else None
+        self.result.skipped.append(Skipped(undecided, shorten(question) if question else None, said or [], url))
+        log.warning(
+            "undecided %s: %s",
+            trace_id or ",".join(undecided.vote_ids),
+            reason,
+            extra={"event": "undecided", "trace_id": trace_id, "kind": kind},
+        )
+
+
+log = logging.getLogger("triage")
+
+
+def empty_answer_facts(facts: Facts) -> Facts:
+    """An empty answer proves two facts whatever a judge says: it is not grounded (it gives the
+    user nothing the passages hold) and it is not a decline (it says nothing at all)."""
+    note = Evidence(confidence="high", note="the answer is empty", decided_by="trace")
+    evidence = {**facts.evidence, "answer_grounded": note, "answer_declined": note}
+    return facts.model_copy(update={"answer_grounded": False, "answer_declined": False, "evidence": evidence})
+
+
+QUERY_CHARS = 200
+MAX_QUERIES = 5
+QUOTE_CHARS = 240
+MAX_CLAIMS = 5
+
+
+def findings(path: RulePath, trace: Trace, *, searched_again: bool, collections: list[str]) -> Findings:
+    """The evidence an owner needs to act, cut short (the whole trace is one click away): the facts
+    the rule read on its `path`, in order, and who decided each."""
+    facts = path.facts
+    queries = []
+    for call in trace.tool_calls:
+        if not call.is_search:
+            continue
+        query = call.args.get("query")
+        if isinstance(query, str) and query.strip():
+            queries.append(shorten(query, QUERY_CHARS))
+    quote = None
+    for name in ("retrieved_has_answer", "index_has_answer"):
+        held = facts.evidence.get(name)
+        if held is not None and held.quotes and getattr(facts, name):
+            quote = shorten(held.quotes[0], QUOTE_CHARS)
+            break
+    decided = []
+    for name in path.judged:
+        value = getattr(facts, name)
+        held = facts.evidence.get(name)
+        if isinstance(value, bool):
+            decided.append((name, "yes" if value else "no", (held.decided_by if held else None) or "?"))
+    return Findings(
+        decided=tuple(decided),
+        sure=path.sure,
+        agent_queries=tuple(dict.fromkeys(queries))[:MAX_QUERIES],
+        answer_url=facts.answer_sources[0] if facts.answer_sources else None,
+        answer_quote=quote,
+        unsupported=tuple(shorten(c, QUERY_CHARS) for c in facts.unsupported_claims[:MAX_CLAIMS]),
+        searched_again=tuple(collections) if searched_again else (),
+    )
+
+
+@dataclass(kw_only=True, eq=False)
+class VerdictMaker:
+    """Triage of one trace at a time, at most `concurrency` judged at once."""
+
+    judge: Judge
+    #: the trace alone proves the layer when the agent never searched: no model is asked, only
+    #: the free checks run (invented specifics, decline phrases, injection)
+    no_search_judge: Judge
+    config: TriageConfig
+    ledger: Ledger
+    #: None when the judge needs no re-search, or there is no search (`run_feedback` opens none)
+    researcher: Researcher | None
+    #: why the search is down, where it is
+    search_down: str | None
+    facts_out: IO[str] | None
+    concurrency: int
+    #: batch mode: told when each trace starts and ends (None: no one is told)
+    flight: Flight | None = None
+    gate: asyncio.Semaphore = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.gate = asyncio.Semaphore(self.concurrency)
+
+    def _more(self, trace: Trace, research: list[Passage] | None) -> SearchMore | None:
+        """The judge's follow-up search for this trace, where there was a re-search to follow up."""
+        if research is None or self.researcher is None or self.researcher.max_more == 0:
+            return None
+        return functools.partial(self.researcher.more, known=research, shown=trace.passages)
+
+    async def triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreBody]] | None:
+        """The entry and its scores; None when the trace is listed as undecided instead."""
+        if self.flight is None:
+            return await self._triage(trace, votes)
+        with self.flight.flying(trace.id):
+            return await self._triage(trace, votes)
+
+    async def _triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreBody]] | None:
+        comment = "\n".join(comments(votes)) or None
+        research: list[Passage] | None = None
+        search_problem = self.search_down
+        unsearched: dict[str, str] = {}
+        judge = self.judge if trace.searched else self.no_search_judge
+        async with self.gate:
+            if self.researcher is not None and trace.searched:
+                try:
+                    found = await self.researcher.research_all(trace, comment)
+                    research, unsearched = found.passages, found.unavailable
+                except SearchError as ex:
+                    search_problem = str(ex)
+            try:
+                request = JudgeRequest.of(trace, research, comment, search_more=self._more(trace, research))
+                facts = await judge.judge(request)
+            except JudgeRejected as ex:
+                self.ledger.skip(votes, trace.id, "rejected", f"judge output rejected: {ex}", trace.question)
+                return None
+            except JudgeError as ex:
+                self.ledger.skip(votes, trace.id, "unavailable", f"judge unavailable: {ex}", trace.question)
+                return None
+        if unsearched and facts.index_has_answer is False:
+            # "nothing in the index holds it" needs every collection searched: with one down (its
+            # breaker open) the fact is unknown, and a trace whose layer needs it is listed
+            evidence = {name: held for name, held in facts.evidence.items() if name != "index_has_answer"}
+            facts = facts.model_copy(update={"index_has_answer": None, "evidence": evidence})
+            search_problem = "; ".join(f"the {c} collection: {why}" for c, why in unsearched.items())
+        if not trace.answer.strip():
+            facts = empty_answer_facts(facts)
+        facts = bounded(decided_by(facts, judge.name))
+        path = walk(facts, self.config.agent.issues_collection)
+        try:
+            layer = path.decided
+        except Undetermined as ex:
+            why = (
+                f"search unavailable ({search_problem})"
+                if ex.missing == "index_has_answer" and search_problem
+                else "the judge could not establish it"
+            )
+            self.ledger.skip(votes, trace.id, "unavailable", f"{ex}: {why}", trace.question)
+            return None
+        # a trace that searched nothing may still have read a page (`fetch_url`): what it read is
+        # what its question was about, more surely than the question's keywords
+        read = [url for call in trace.tool_calls for url in call.urls] if not trace.searched else []
+        component, component_from = choose_component(
+            facts.answer_sources or read, facts.component, trace.question, comment, self.config
+        )
+        if facts.component is not None and facts.component not in self.config.components:
+            log.info(
+                "trace %s: the judge's component %r is not in the catalogue; decided by %s",
+                trace.id,
+                facts.component[:60],
+                component_from,
+                extra={"event": "component_discarded"},
+            )
+        reason = explain(layer, facts)
+        verdict = Verdict(
+            trace_id=trace.id,
+            layer=layer,
+            component=component,
+            owners=owners(layer, component, self.config),
+            reason=reason,
+            facts=facts,
+            rule_version=self.config.rule_version,
+            # the judge that produced these facts, not the one configured: a no-search trace is
+            # judged by `no_search_judge`, and a judge-vs-human measurement must know it
+            judge=judge.name,
+            prompt_version=judge.prompt_version,
+            component_from=component_from,
+        )
+        if self.facts_out is not None:
+            # the local run file: what `--judge replay:FILE` reads back
+            self.facts_out.write(
+                write_facts_line(trace.id, facts, judge=verdict.judge, prompt_version=verdict.prompt_version)
+                + "\n"
+            )
+        scores = self.scores_for(verdict, trace, votes)
+        entry = Entry(
+            trace_id=trace.id,
+            layer=layer,
+            component=component,
+            owners=verdict.owners,
+            reason=reason,
+            question=shorten(trace.question),
+            comments=comments(votes),
+            url=trace.url,
+            injection_suspected=facts.injection_suspected,
+            findings=findings(path, trace, searched_again=research is not None, collections=self.config.collections),
+            start=trace.start_time,
+            score_time=scores[0].timestamp,
+            environment=trace.environment,
+        )
+        return entry, scores
+
+    def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote]) -> list[ScoreBody]:
+        names = self.config.scores
+        stamp = score_timestamp(trace.start_time, min(v.timestamp for v in votes))
+        metadata = VerdictMeta(
+            facts=verdict.facts,
+            judge=verdict.judge,
+            prompt_version=verdict.prompt_version,
+            rule_version=verdict.rule_version,
+            owners=verdict.owners,
+            component_from=verdict.component_from,
+            votes=[v.id for v in votes],
+            sure=walk(verdict.facts, self.config.agent.issues_collection).sure,
+        ).to_metadata()
+        return [
+            ScoreBody(
+                data_type="CATEGORICAL",
+                id=score_id(trace.id, name, verdict.rule_version),
+                trace_id=trace.id,
+                name=name,
+                value=value,
+                comment=verdict.reason,
+                metadata=metadata,
+                timestamp=stamp,
+                environment=trace.environment,
+            )
+            for name, value in ((names.layer, verdict.layer.value), (names.component, verdict.component))
+        ]
+
 
 log = logging.getLogger("triage")
 

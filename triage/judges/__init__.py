@@ -1,8 +1,8 @@
-"""The judges by name: the one registry `compose.make_judge`, `triage eval` and `--judge` read.
+"""The judges by name: the one registry `triage.app.make_judge`, `triage eval` and `--judge` read.
 
 A spec is a judge's name, or `name:ARGUMENT` for a judge that takes one (`replay:FILE`), parsed
 here once. Each entry builds its judge from a `JudgeSetup` (the configuration, and the model
-server's address and key that `compose` reads from the settings), importing its module only when
+server's address and key that `triage.app` reads from the settings), importing its module only when
 it is chosen. A new judge backend is a module under `judges/` implementing `domain.ports.Judge` and
 one entry in `JUDGES`.
 """
@@ -20,6 +20,7 @@ from triage.errors import ConfigError
 from triage.retry import Budget
 
 if TYPE_CHECKING:
+    from triage.judges.batch_rounds import BatchCollector
     from triage.judges.llm import LLMJudge
 
 
@@ -35,6 +36,8 @@ class JudgeSetup:
     api_key: str | None
     #: the run's budget for waiting on outside systems
     budget: Budget | None = None
+    #: batch mode (`triage feedback --batch`): a model judge asks its calls through this collector
+    batch: BatchCollector | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ def _model_judge(setup: JudgeSetup, name: str) -> LLMJudge:
         concurrency=config.judge.concurrency,
         budget=setup.budget,
         search_again=config.search.judge_queries,
+        batch=setup.batch,
     )
 
 

@@ -32,14 +32,14 @@ Retries: every request (upload, create, status, cancel, file download) is retrie
 deadline. A status poll that still fails is not fatal: the next poll asks again. A create that
 failed in flight is not repeated blindly: the runner first looks for a batch already made from the
 same input file, so a lost response never runs the requests twice. Polling itself is not a retry:
-its waits grow from `poll_initial` by `poll_factor` up to `poll_max`, the last one clipped to end at
-the deadline (tenacity's deadline stop would end up to a whole interval early).
+its waits are the back-off of the `poll` policy (`POLL`: from 10 s, by 1.5, up to 120 s), the last
+one clipped to end at the deadline (tenacity's deadline stop would end up to a whole interval early).
 
 Errors (`triage.errors` cannot gain classes from this module's change, so they live here, under the
 closest existing class, `JudgeError`):
 
     JudgeError
-    └── BatchError          batch mode cannot be used for this run: send every request directly
+    └── BatchRunError          batch mode cannot be used for this run: send every request directly
         └── BatchUnsupported  the server has no Batch API (404/405/501, "not found"/"unsupported")
 
 Both are raised only before any batch exists (the probe, the first upload and create). Once one
@@ -52,19 +52,21 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import IO, Any, Literal, TypeVar
 
 import openai
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from triage.domain.kernel import one_line
+from triage.domain.records import BATCH_DISCOUNT
 from triage.errors import JudgeError
-from triage.judges.llm_transport import Transient, wait_headers
-from triage.retry import Clock, RetryPolicy, current_clock
+from triage.judges.llm_transport import Transient, short, wait_headers
+from triage.retry import Clock, RetryPolicy, async_sleep, current_clock
 
 ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
 WINDOW: Literal["24h"] = "24h"
@@ -73,6 +75,9 @@ MAX_REQUESTS = 50_000
 MAX_BYTES = 200_000_000
 #: how much of a server's unusable answer a reason quotes
 CLIP = 160
+#: how the status polls wait: the policy's back-off alone (from 10 s, half as long again each time, up
+#: to 2 minutes, no jitter); no limit of polls: the deadline ends them
+POLL = RetryPolicy(attempts=None, initial=10.0, factor=1.5, maximum=120.0, jitter=0.0)
 
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 Status = Literal[
@@ -83,11 +88,11 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 
-class BatchError(JudgeError):
+class BatchRunError(JudgeError):
     """Batch mode cannot be used for this run; the requests are to be sent directly."""
 
 
-class BatchUnsupported(BatchError):
+class BatchUnsupported(BatchRunError):
     """The server has no Batch API (many OpenAI-compatible servers: vLLM, Ollama, llama.cpp)."""
 
 
@@ -217,10 +222,16 @@ class _FileRef(BaseModel):
     id: str
 
 
-@dataclass(frozen=True)
-class _Line:
-    custom_id: str
-    data: bytes  # one JSONL line, newline included
+@dataclass
+class _Chunk:
+    """Consecutive requests within both file limits, spooled to a temporary file as JSONL (a night's
+    requests, about 27 KB each, are never all in memory at once as lines, let alone twice); with
+    `too_large`, a lone request over the byte limit, never sent."""
+
+    ids: list[str] = field(default_factory=list)
+    size: int = 0
+    file: IO[bytes] | None = None
+    too_large: bool = False
 
 
 @dataclass
@@ -272,25 +283,21 @@ class BatchRunner:
         clock: Clock | None = None,
         max_requests: int = MAX_REQUESTS,
         max_bytes: int = MAX_BYTES,
-        poll_initial: float = 10.0,
-        poll_factor: float = 1.5,
-        poll_max: float = 120.0,
+        poll: RetryPolicy = POLL,
         cancel_grace: float = 120.0,
         timeout: float = 120.0,
         metadata: Mapping[str, str] | None = None,
     ) -> None:
         if max_requests < 1 or max_bytes < 1:
             raise ValueError("max_requests and max_bytes must be at least 1")
-        if poll_initial <= 0 or poll_factor < 1 or poll_max < poll_initial or cancel_grace < 0:
-            raise ValueError("polling: 0 < poll_initial <= poll_max, poll_factor >= 1, cancel_grace >= 0")
+        if poll.initial <= 0 or poll.factor < 1 or poll.maximum < poll.initial or cancel_grace < 0:
+            raise ValueError("polling: 0 < poll.initial <= poll.maximum, poll.factor >= 1, cancel_grace >= 0")
         self._client = client.with_options(max_retries=0, timeout=timeout)
         self.retry = retry or RetryPolicy()
         self._clock = clock
         self.max_requests = max_requests
         self.max_bytes = max_bytes
-        self.poll_initial = poll_initial
-        self.poll_factor = poll_factor
-        self.poll_max = poll_max
+        self.poll = poll
         self.cancel_grace = cancel_grace
         self.metadata = dict(metadata or {})
         #: HTTP requests made to the files and batches endpoints, failed ones included
@@ -305,7 +312,7 @@ class BatchRunner:
 
     async def probe(self, until: float | None = None) -> None:
         """Raise `BatchUnsupported` when the server has no Batch API (`GET /v1/batches?limit=1`),
-        `BatchError` when it cannot say. Asked once per runner; no retry starts after `until` (the
+        `BatchRunError` when it cannot say. Asked once per runner; no retry starts after `until` (the
         clock's monotonic time)."""
         if self._supported:
             return
@@ -325,43 +332,24 @@ class BatchRunner:
     async def run(self, requests: Mapping[str, Mapping[str, Any]], *, deadline: datetime) -> BatchOutcome:
         """Answer `requests` (custom_id -> chat-completion body) through batches, by `deadline`.
 
-        Raises `BatchUnsupported` / `BatchError` only before any batch exists (nothing was sent
+        Raises `BatchUnsupported` / `BatchRunError` only before any batch exists (nothing was sent
         then: the caller sends everything directly); `ValueError` for requests no batch accepts.
         """
         if deadline.tzinfo is None:
             raise ValueError("deadline must be timezone-aware")
         clock = self.clock
         end = clock.monotonic() + (deadline - clock.now()).total_seconds()
-        lines = _lines(requests)
-        outcome = BatchOutcome(order=[line.custom_id for line in lines])
-        if not lines:
-            return outcome
-        await self.probe(until=end)
-
-        jobs: list[_Job] = []
-        for chunk, too_large in self._chunks(lines):
-            if too_large:
-                outcome._settle(
-                    Left(
-                        chunk[0].custom_id,
-                        "not_submitted",
-                        f"its request alone is over the batch file limit of {self.max_bytes} bytes",
-                    )
-                )
-                continue
-            if clock.monotonic() >= end or self._stopped():
-                for line in chunk:
-                    outcome._settle(
-                        Left(line.custom_id, "not_submitted", "the deadline came before it was sent")
-                    )
-                continue
-            try:
-                jobs.append(await self._submit(chunk, len(jobs) + 1, end))
-            except _Failed as ex:
-                if not jobs:
-                    raise _classify(ex, "the first batch", probing=False) from ex.error
-                for line in chunk:
-                    outcome._settle(Left(line.custom_id, "not_submitted", ex.reason))
+        outcome = BatchOutcome(order=list(requests))
+        chunks = self._spool(requests)  # refuses a request no batch accepts before anything is sent
+        try:
+            if not chunks:
+                return outcome
+            await self.probe(until=end)
+            jobs = await self._submit_all(chunks, outcome, end)
+        finally:
+            for chunk in chunks:
+                if chunk.file is not None:
+                    chunk.file.close()
 
         await self._poll(jobs, end)
         grace_end = max(clock.monotonic(), end) + self.cancel_grace
@@ -378,29 +366,72 @@ class BatchRunner:
         budget = self.retry.budget
         return budget is not None and budget.spent()
 
-    def _chunks(self, lines: list[_Line]) -> Iterable[tuple[list[_Line], bool]]:
-        """Consecutive runs of lines within both limits; (a lone line over the byte limit, True)."""
-        chunk: list[_Line] = []
-        size = 0
-        for line in lines:
-            if len(line.data) > self.max_bytes:
-                yield [line], True
-                continue
-            if chunk and (len(chunk) >= self.max_requests or size + len(line.data) > self.max_bytes):
-                yield chunk, False
-                chunk, size = [], 0
-            chunk.append(line)
-            size += len(line.data)
-        if chunk:
-            yield chunk, False
+    def _spool(self, requests: Mapping[str, Mapping[str, Any]]) -> list[_Chunk]:
+        """The requests as JSONL in consecutive chunks within both limits, each in a temporary file
+        (the caller closes them); a lone request over the byte limit is a chunk of its own, `too_large`.
+        Raises `ValueError` for a request no batch accepts, before any file is written."""
+        for cid, body in requests.items():
+            _check(cid, body)
+        chunks: list[_Chunk] = []
+        current: _Chunk | None = None
+        try:
+            for cid, body in requests.items():
+                data = _line(cid, body)
+                if len(data) > self.max_bytes:
+                    chunks.append(_Chunk([cid], len(data), too_large=True))
+                    continue
+                full = current is not None and (
+                    len(current.ids) >= self.max_requests or current.size + len(data) > self.max_bytes
+                )
+                if current is None or full:
+                    current = _Chunk(file=tempfile.TemporaryFile())  # noqa: SIM115 - closed by `run`
+                    chunks.append(current)
+                assert current.file is not None
+                current.file.write(data)
+                current.ids.append(cid)
+                current.size += len(data)
+        except BaseException:
+            for chunk in chunks:
+                if chunk.file is not None:
+                    chunk.file.close()
+            raise
+        return chunks
 
-    async def _submit(self, chunk: list[_Line], number: int, end: float) -> _Job:
-        data = b"".join(line.data for line in chunk)
+    async def _submit_all(self, chunks: list[_Chunk], outcome: BatchOutcome, end: float) -> list[_Job]:
+        """A batch per chunk; what cannot be sent is settled as left."""
+        clock = self.clock
+        jobs: list[_Job] = []
+        for chunk in chunks:
+            if chunk.too_large:
+                reason = f"its request alone is over the batch file limit of {self.max_bytes} bytes"
+                outcome._settle(Left(chunk.ids[0], "not_submitted", reason))
+                continue
+            if clock.monotonic() >= end or self._stopped():
+                for cid in chunk.ids:
+                    outcome._settle(Left(cid, "not_submitted", "the deadline came before it was sent"))
+                continue
+            try:
+                jobs.append(await self._submit(chunk, len(jobs) + 1, end))
+            except _Failed as ex:
+                if not jobs:
+                    raise _classify(ex, "the first batch", probing=False) from ex.error
+                for cid in chunk.ids:
+                    outcome._settle(Left(cid, "not_submitted", ex.reason))
+            finally:
+                if chunk.file is not None:  # uploaded (or not): its lines are not needed any more
+                    chunk.file.close()
+        return jobs
+
+    async def _submit(self, chunk: _Chunk, number: int, end: float) -> _Job:
         name = f"triage-batch-{number}.jsonl"
+        spooled = chunk.file
+        assert spooled is not None
+        spooled.flush()  # httpx declares the file's size on disk as the part's length
         raw = await self._call(
             "upload the input file",
+            # streamed from the file (httpx reads it from the start on every attempt)
             lambda: self._client.files.with_raw_response.create(
-                file=(name, data, "application/jsonl"), purpose="batch"
+                file=(name, spooled, "application/jsonl"), purpose="batch"
             ),
             until=end,
         )
@@ -425,7 +456,7 @@ class BatchRunner:
             if isinstance(answer, _BatchState)
             else _parsed(_BatchState, answer.text, "the created batch")
         )
-        return _Job(batch=batch, ids=tuple(line.custom_id for line in chunk))
+        return _Job(batch=batch, ids=tuple(chunk.ids))
 
     async def _made_from(self, file_id: str) -> _BatchState | None:
         """A batch already created from `file_id`, among the server's most recent ones."""
@@ -443,23 +474,16 @@ class BatchRunner:
     async def _poll(self, jobs: list[_Job], until: float) -> None:
         """Ask each unfinished batch its status until all are done or `until` (or the budget) ends."""
         clock = self.clock
-        interval = self.poll_initial
+        polls = 0
         while any(not job.done for job in jobs):
             left = until - clock.monotonic()
             if left <= 0 or self._stopped():
                 return
-            await self._sleep(min(interval, left))
-            interval = min(interval * self.poll_factor, self.poll_max)
+            polls += 1
+            await async_sleep(clock, self.retry.budget, min(self.poll.backoff(polls), left))
             for job in jobs:
                 if not job.done:
                     await self._refresh(job, until)
-
-    async def _sleep(self, seconds: float) -> None:
-        clock, budget = self.clock, self.retry.budget
-        if budget is not None:
-            await budget.async_sleep(clock, seconds)
-        else:
-            await clock.async_sleep(seconds)
 
     async def _refresh(self, job: _Job, until: float) -> None:
         job.polls += 1
@@ -660,29 +684,30 @@ class BatchRunner:
                     except openai.APIStatusError as ex:
                         if ex.status_code >= 500 or ex.status_code in (408, 409):
                             raise Transient(ex) from ex
-                        raise _Failed(f"{what}: {_short(ex)}", ex) from ex
+                        raise _Failed(f"{what}: {short(ex)}", ex) from ex
         except Transient as ex:
             number = retrying.statistics.get("attempt_number", 1)
-            raise _Failed(f"{what}: {_short(ex.error)} (after {number} attempts)", ex.error) from ex.error
+            raise _Failed(f"{what}: {short(ex.error)} (after {number} attempts)", ex.error) from ex.error
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
 
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _lines(requests: Mapping[str, Mapping[str, Any]]) -> list[_Line]:
-    lines = []
-    for cid, body in requests.items():
-        if not isinstance(cid, str) or not cid:
-            raise ValueError(f"a custom_id must be a non-empty string, not {cid!r}")
-        if not isinstance(body, Mapping) or not body.get("model"):
-            raise ValueError(f"request {cid!r}: the body must be a chat-completion request naming its model")
-        if body.get("stream"):
-            raise ValueError(f"request {cid!r}: a batch cannot stream")
-        line = {"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": dict(body)}
-        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
-        lines.append(_Line(cid, text.encode() + b"\n"))
-    return lines
+def _check(cid: object, body: object) -> None:
+    """Refuse a request no batch accepts (`ValueError`)."""
+    if not isinstance(cid, str) or not cid:
+        raise ValueError(f"a custom_id must be a non-empty string, not {cid!r}")
+    if not isinstance(body, Mapping) or not body.get("model"):
+        raise ValueError(f"request {cid!r}: the body must be a chat-completion request naming its model")
+    if body.get("stream"):
+        raise ValueError(f"request {cid!r}: a batch cannot stream")
+
+
+def _line(cid: str, body: Mapping[str, Any]) -> bytes:
+    """One JSONL line of the input file, newline included."""
+    line = {"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": dict(body)}
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def _json(text: str, what: str) -> Any:
@@ -711,26 +736,14 @@ _UNSUPPORTED = re.compile(
 )
 
 
-def _classify(ex: _Failed, where: str, *, probing: bool) -> BatchError:
+def _classify(ex: _Failed, where: str, *, probing: bool) -> BatchRunError:
     """A failure before any batch exists: the server has no Batch API, or batch mode is unusable."""
     status = ex.status
     if status in (404, 405, 501) or (status in (400, 422) and _UNSUPPORTED.search(ex.reason)):
         return BatchUnsupported(f"the server has no Batch API ({where}: {ex.reason})")
     if probing and ex.error is None:  # 200 with garbage: a proxy or a web app, not a batch server
         return BatchUnsupported(f"the server has no Batch API ({where}: {ex.reason})")
-    return BatchError(f"batch mode unavailable ({where}): {ex.reason}")
-
-
-def _short(ex: openai.APIError, limit: int = 300) -> str:
-    status = getattr(ex, "status_code", None)
-    body = ex.body
-    message = body.get("message") if isinstance(body, dict) else None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        message = body["error"].get("message")
-    if isinstance(body, dict) and isinstance(body.get("detail"), str):  # FastAPI's 404 (vLLM)
-        message = message or body["detail"]
-    text = one_line(str(message or ex.message or ex), limit)
-    return f"HTTP {status}: {text}" if status else text
+    return BatchRunError(f"batch mode unavailable ({where}): {ex.reason}")
 
 
 def _error_text(code: object, message: object, line: int | None) -> str:
@@ -787,8 +800,6 @@ class Cost:
     batch_cached: float
 
 
-#: the batch APIs' discount on input and output alike (OpenAI, Anthropic, Gemini: ../shared/notes/cost.md)
-BATCH_DISCOUNT = 0.5
 
 #: Figures from ../shared/notes/cost.md ("A night, costed"; gathered 2026-12 from the providers'
 #: public pages; prices change often, so check before quoting them): a large judge at $3 / $15 per
@@ -810,6 +821,19 @@ def price_of(model: str, prices: Mapping[str, Price] = PRICES) -> Price | None:
     suffix (`-2024-07-18`, `-20250514`); None when unknown."""
     name = model.rsplit("/", 1)[-1]
     return prices.get(name) or prices.get(_SNAPSHOT.sub("", name))
+
+
+#: a cached input token's share of the input price where the model's own is unknown: the careful end
+#: of ../shared/notes/cost.md's range (0.25-0.5x on older models, 0.1x on the gpt-5 family)
+CACHED_SHARE = 0.5
+
+
+def cached_input_price(model: str | None, input_price: float, prices: Mapping[str, Price] = PRICES) -> float:
+    """What a cached input token costs where an input token costs `input_price` (the configured
+    price, per M tokens): the model's own cached share where its price is known, else `CACHED_SHARE`."""
+    price = price_of(model, prices) if model else None
+    share = price.cached_input / price.input if price is not None and price.input > 0 else CACHED_SHARE
+    return input_price * share
 
 
 def cost(model: str, tokens: Tokens, prices: Mapping[str, Price] = PRICES) -> Cost | None:

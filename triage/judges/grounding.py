@@ -8,7 +8,12 @@
   zero-width space inside `kubectl` makes it unsupported.
 - **contradictions**: a `key: value` / `key=value` of the answer whose key the passages give with
   another value and never with this one; an answer sentence that negates a term ("X is not
-  supported", "no X") which a passage states without negation.
+  supported", "no X") which a passage states without negation; an answer sentence that names a
+  value beside the ones a passage restricts the same statement to ("works only with `StdOut` or
+  `File`": the answer adds `TensorFlowEvent`).
+- **support outside the answering passages**: a specific seen by the agent, but only in passages
+  other than the ones that answer the question (and outside any span the answer quotes from a
+  passage). A token seen somewhere is no support: such an answer may be grounded, never surely.
 - **no answer**: an empty or whitespace answer is not grounded (and not a decline): the agent failed.
 - **names the answer may use** without a passage holding them: a passage's template filled in and
   the names the answer's own code binds (the last section).
@@ -22,11 +27,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from triage.judges.declines import declines
 from triage.judges.offline_text import (
     FILE_EXTENSIONS,
     GROUPED_NUMBER,
     STOPWORDS,
+    declines,
     fenced_code,
     looks_english,
     plain,
@@ -123,6 +128,11 @@ class Grounding:
     #: the answer's `key: value` where the question's value replaces the passages' (their example
     #: filled in for the user): no contradiction, but grounded only as far as the example fits
     filled: list[str] = field(default_factory=list)
+    #: specifics seen by the agent only outside the passages that answer (`check`'s `answering`) and
+    #: outside the spans the answer quotes from a passage: seen, but not supported where it matters
+    outside: list[str] = field(default_factory=list)
+    #: where there are `contradictions`, those the passages that answer make themselves
+    against_answering: list[str] = field(default_factory=list)
 
     @property
     def grounded(self) -> bool:
@@ -348,6 +358,121 @@ def negation_contradictions(answer: str, passages: Sequence[str], question: str 
     return found
 
 
+#: a word that restricts a statement to what follows it ("works only with `StdOut` or `File`")
+_RESTRICTION = re.compile(r"\b(?:only|solely|exclusively)\b", re.IGNORECASE)
+#: a specific of one piece (`TensorFlowEvent`, `StdOut`): what a restricted list names
+_ONE_PIECE = re.compile(r"[\w-]+")
+
+
+def _named(value: str, allowed: set[str]) -> bool:
+    return any(a == value or _words_in(a, value) for a in allowed)
+
+
+#: a value named to leave it out ("not `RStudio`", "except RStudio", "but never RStudio")
+_LEFT_OUT = re.compile(r"\b(?:not|no|never|nor|except|excluding|without|other than|but)\W+(?:\w+\W+){0,2}$")
+
+
+#: an extra value is listed with the restricted ones: this close to one of them (characters)
+_LISTED = 60
+
+
+def _spots(value: str, sentence: str) -> list[int]:
+    return [m.start() for m in re.finditer(rf"(?<!\w){re.escape(value)}(?!\w)", sentence)]
+
+
+def _denied(value: str, sentence: str) -> bool:
+    """`value` appears in `sentence` (lower case) only right after a word that leaves it out."""
+    spots = _spots(value, sentence)
+    return bool(spots) and all(_LEFT_OUT.search(sentence[max(0, at - 40) : at]) for at in spots)
+
+
+def _shape(value: str) -> tuple[bool, bool, bool]:
+    """How a name is written: capitalised, all capitals, with an underscore (`StdOut`, `GPU`, `max_x`)."""
+    return value[:1].isupper(), value.isupper(), "_" in value
+
+
+def restriction_contradictions(answer: str, passages: Sequence[str], question: str = "") -> list[str]:
+    """Answer sentences that go beyond a restriction a passage states: a passage sentence says the
+    statement holds *only* for the values it names (`early stopping works only with `StdOut` or
+    `File` metrics collectors`), and an answer sentence on the same subject (two of its words, the
+    values aside) lists one of those values with another name written the same way, one the
+    restricting passage never names (`... with StdOut, File and TensorFlowEvent`). A value the
+    sentence names to leave it out ("but not `RStudio`") is no extra one."""
+    rules: list[tuple[dict[str, tuple[bool, bool, bool]], frozenset[str], str]] = []
+    for text in passages:
+        whole = squash(plain(text))
+        for sentence in _SENTENCE.split(plain(text)):
+            found = _RESTRICTION.search(sentence)
+            if not found:
+                continue
+            allowed = {squash(v): _shape(v) for v in specifics(sentence[found.end() :]) if _ONE_PIECE.fullmatch(v)}
+            if allowed:
+                subject = word_set(sentence) - word_set(" ".join(allowed))
+                rules.append((allowed, subject, whole))
+    if not rules:
+        return []
+    asked = squash(question)
+    out: list[str] = []
+    for sentence in _SENTENCE.split(plain(answer)):
+        mine = [(squash(v), v) for v in specifics(sentence) if _ONE_PIECE.fullmatch(v)]
+        words = word_set(sentence)
+        lowered = sentence.lower()
+        for allowed, subject, whole in rules:
+            named = [at for v, _ in mine if _named(v, set(allowed)) for at in _spots(v, lowered)]
+            if len(words & subject) < 2 or not named:
+                continue
+            shapes = set(allowed.values())
+            extra = [
+                v
+                for v, written in mine
+                if not _named(v, set(allowed))
+                and _shape(written) in shapes
+                and not _words_in(v, whole)
+                and v not in asked
+                and any(abs(at - near) <= _LISTED for at in _spots(v, lowered) for near in named)
+                and not _denied(v, lowered)
+            ]
+            if extra:
+                out.append(f"{extra[0]} (a passage restricts it to {', '.join(sorted(allowed)[:4])})")
+                break
+    return list(dict.fromkeys(out))
+
+
+#: a span the answer quotes is long enough to name its passage from this many characters on
+QUOTED_SPAN = 20
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+_DOUBLE_QUOTED = re.compile(rf'"([^"\n]{{{QUOTED_SPAN},}})"')
+
+
+def quoted_spans(answer: str, passages: Sequence[str]) -> list[str]:
+    """The spans the answer quotes (code spans, lines of fenced code, text in double quotes) that a
+    passage holds verbatim (whitespace and case aside): there the answer shows its source itself.
+    A quote is a run of words (three or more, `QUOTED_SPAN` characters or more): one long token is
+    a token, however long, and a token seen somewhere is no support."""
+    spans = [*_CODE_SPAN.findall(answer), *_DOUBLE_QUOTED.findall(answer)]
+    spans += [line for block in fenced_code(answer) for line in block.splitlines()]
+    held = [squash(strip_invisible(p)) for p in passages]
+    out = []
+    for span in spans:
+        text = squash(strip_invisible(span))
+        if len(text) >= QUOTED_SPAN and len(text.split()) >= 3 and any(text in p for p in held):
+            out.append(text)
+    return out
+
+
+def outside_support(
+    answer: str, answering: Sequence[str], passages: Sequence[str], question: str = ""
+) -> list[str]:
+    """The specifics of `answer` that the question and the `answering` passages do not hold (each
+    one checked as `unsupported_specifics` checks it), and that no span the answer quotes from one
+    of `passages` holds: wherever else they were seen, they are not supported where it matters."""
+    missing = unsupported_specifics(answer, [question, *answering], question)[0]
+    if not missing:
+        return []
+    quoted = quoted_spans(answer, passages)
+    return [s for s in missing if not any(squash(s) in q for q in quoted)]
+
+
 MIN_PROSE_WORDS = 6
 
 
@@ -369,18 +494,44 @@ def prose_support(answer: str, seen: Sequence[str], question: str = "") -> float
     return len(mine & theirs) / len(mine)
 
 
-def check(answer: str, seen: Sequence[str], passages: Sequence[str], question: str = "") -> Grounding:
-    """Every grounding check on `answer` against what the agent saw."""
+def check(
+    answer: str,
+    seen: Sequence[str],
+    passages: Sequence[str],
+    question: str = "",
+    answering: Sequence[str] | None = None,
+) -> Grounding:
+    """Every grounding check on `answer` against what the agent saw. `answering`: the texts of the
+    passages that answer the question (None: unknown, every passage counts). A restriction is read
+    from them, and a specific seen only outside them is `Grounding.outside`."""
     if not answer.strip():
         return Grounding(empty=True)
     text = answer_text(answer)
     missing, checked = unsupported_specifics(text, seen, question)
     marks = invisible_marks(text)
     swapped, filled = _swaps(text, passages, seen, question)
-    contradictions = swapped + negation_contradictions(text, passages, question)
+    negated = negation_contradictions(text, passages, question)
+    restricted = restriction_contradictions(text, passages if answering is None else answering, question)
+    contradictions = swapped + negated + restricted
     prose = prose_support(text, seen, question)
+    outside: list[str] = []
+    against: list[str] = []
+    if answering is not None:
+        outside = [s for s in outside_support(text, answering, passages, question) if s not in missing]
+        if swapped or negated:
+            # which of them the passages that answer make themselves (another page may be about
+            # another thing)
+            against = _swaps(text, answering, seen, question)[0] + negation_contradictions(text, answering, question)
+        against += restricted
     return Grounding(
-        marks + missing, contradictions, checked, prose_support=prose, invisible=marks, filled=filled
+        marks + missing,
+        contradictions,
+        checked,
+        prose_support=prose,
+        invisible=marks,
+        filled=filled,
+        outside=outside,
+        against_answering=against,
     )
 
 

@@ -5,33 +5,80 @@
   hold each), helped by the answer's specifics when the retrieved passages hold them (most of them,
   with no clearly better passage elsewhere, settle it whatever the question's words); a much better
   re-searched passage the agent was not shown means its passages missed it; a re-searched passage
-  without the subject the retrieved ones share is a lexical trap (`triage.judges.containment`);
+  without the subject the retrieved ones share is a lexical trap (`contain`, below);
 - **grounding** (`answer_grounded`): every specific of the answer is in what the agent saw (the
   question's own, placeholders and arithmetic on shown numbers exempt), no `key: value` or negation
   contradicts a passage, no invisible character hides in a word, and most of the answer's words are
   the passages' words (`triage.judges.grounding`);
 - **declining** (`answer_declined`): a decline phrase, in English or 21 other languages, or an
   English sentence that names the agent's sources and says they do not tell
-  (`triage.judges.declines`).
+  (`triage.judges.offline_text`).
 
 Confidence is `high` only where the signal is clear-cut (measured on the evaluation set: see
 bench/README.md), `medium` near a threshold, `low` where the heuristic is close to guessing; the
-cascade judge escalates what is not `high`.
+cascade judge escalates what is not `high`, and a verdict is *sure* only when every fact its layer
+rests on is `high` (`RulePath.sure`). Clear-cut means two signals agree, and never where the
+heuristic's failure classes live:
+
+- support counts only from **the passages that answer** (the retrieved ones that cover the question
+  best, `Containment.answering`) or a run of words the answer quotes from a passage: a value the
+  agent saw only in another passage leaves grounding `medium`, and a contradiction those passages
+  make (another value for a key, a negated statement, a restriction the answer goes beyond) makes
+  the answer surely ungrounded;
+- a miss by a clearly better passage elsewhere is sure where the answer did not take its specifics
+  from the agent's passages, or where the better passage is on a page the agent never retrieved;
+  a hold is sure where the answer is surely grounded in the best passage, which covers the question;
+- never sure: support by paraphrase alone, a question not in English, a trace whose agent read an
+  instruction planted for it (its passages, tool outputs, question or answer).
+
+Containment: which passage holds the answer, retrieved (R) or re-searched (S)?
+
+Topical overlap is not containment, so a passage is scored on what the question needs, weighted
+by how rare each need is among the trace's own passages:
+
+- **question coverage**: the inverse-document-frequency weighted share of the question's content
+  words a passage holds. A word every passage shares weighs little; a word no passage holds
+  weighs most, which is what makes a content gap visible (nothing holds "TPU"). A question not in
+  English is read through its Latin-script words and the agent's own search queries, since the
+  docs are English.
+- **answer support**: the share of the answer's specifics (question's own left out) that the
+  retrieved passages hold, for an answer that does not decline. An answer whose specifics are
+  the passages' is evidence the passages answer; it adds to the best retrieved coverage, and where
+  most of them are the passages' and no passage elsewhere is clearly better, it settles it
+  (`SUPPORT_HOLD`): the user's words need not be the docs' words.
+- **a better passage elsewhere**: the best re-searched passage the agent was not shown (another
+  page, or another section of a page it retrieved), covering the question clearly better than the
+  best retrieved passage, means the agent's passages missed the answer (a retrieval or routing miss).
+- **the subject**: the question's words that the retrieved passages hold are what the agent's search
+  did find. A re-searched passage that holds the question's rare words but not half of those is a
+  lexical trap (an unrelated page that says "email" or "timeout"), and counts neither for the index
+  nor as a better passage elsewhere.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from triage.domain.ports import JudgeRequest
-from triage.domain.records import Evidence, Facts, Passage, Trace, Usage
-from triage.domain.rule import Confidence
-from triage.judges import containment as cont
+from triage.domain.records import Confidence, Evidence, Facts, Passage, ToolCall, Trace, Usage
 from triage.judges import prompts
-from triage.judges.declines import absence_cues, cue_phrases, declines, listed_phrases
 from triage.judges.grounding import Grounding, answer_text, check, unsupported_specifics
-from triage.judges.offline_text import looks_english, quotes_code, specifics
+from triage.judges.offline_text import (
+    Pool,
+    absence_cues,
+    cue_phrases,
+    declines,
+    listed_phrases,
+    looks_english,
+    quotes_code,
+    specifics,
+    squash,
+    strip_invisible,
+    word_set,
+)
 
 __all__ = ["HeuristicJudge", "Signals", "declines", "signals", "specifics", "unsupported"]
 
@@ -39,6 +86,14 @@ __all__ = ["HeuristicJudge", "Signals", "declines", "signals", "specifics", "uns
 PROSE_THRESHOLD = 0.65
 #: from this share on (with two specifics checked, all seen), grounding is clear-cut
 PROSE_CLEAR = 0.9
+#: a clean decline is surely grounded when at least this share of its other words were seen
+DECLINE_PROSE = 0.5
+#: words that guess beyond what was found
+_GUESSING = re.compile(
+    r"\b(?:typically|usually|normally|probably|likely|presumably|i think|i believe|i guess|i'd guess"
+    r"|should work|might work|in most cases)\b",
+    re.IGNORECASE,
+)
 
 
 def unsupported(answer: str, seen: Sequence[str]) -> list[str]:
@@ -56,7 +111,7 @@ def _seen(trace: Trace) -> list[str]:
 class Signals:
     """What the cheap checks found; also used by the cascade judge."""
 
-    containment: cont.Containment
+    containment: Containment
     grounding: Grounding
     declined: bool
     decline_phrases: list[str]
@@ -79,28 +134,50 @@ def signals(trace: Trace, research: list[Passage] | None) -> Signals:
     listed = listed_phrases(answer)
     phrases = listed or cue_phrases(answer)
     declined = bool(phrases)
-    grounding = check(trace.answer, _seen(trace), [p.text for p in trace.passages], trace.question)
-    counts = not declined and not grounding.empty
-    found = cont.contain(trace.question, answer, trace.tool_calls, trace.passages, research, counts, declined)
+    counts = not declined and bool(trace.answer.strip())
+    found = contain(trace.question, answer, trace.tool_calls, trace.passages, research, counts, declined)
+    answering = [f"{p.title or ''}\n{p.text}\n{p.source_url or ''}" for p in found.answering]
+    passages = [p.text for p in trace.passages]
+    grounding = check(trace.answer, _seen(trace), passages, trace.question, answering=answering)
     return Signals(found, grounding, declined, phrases, bool(listed))
 
 
 _LEVELS: tuple[Confidence, ...] = ("low", "medium", "high")
 
 
+def _unsure(evidence: dict[str, Evidence], why: str) -> dict[str, Evidence]:
+    """`evidence` with every `high` made `medium`, the reason noted."""
+    return {
+        name: held.model_copy(update={"confidence": "medium", "note": f"{held.note or ''}; {why}".lstrip("; ")})
+        if held.confidence == "high"
+        else held
+        for name, held in evidence.items()
+    }
+
+
 def _band(distance: float, clear: float, near: float) -> Confidence:
     return "high" if distance >= clear else "medium" if distance >= near else "low"
 
 
-def _more_of_a_retrieved_page(c: cont.Containment) -> bool:
+def _more_of_a_retrieved_page(c: Containment) -> bool:
     """Some re-searched passage the agent was not shown comes from a page it retrieved."""
     pages = {s.passage.source_url for s in c.retrieved if s.passage.source_url}
     return any(s.passage.source_url in pages and not c.shown(s.passage) for s in c.researched or [])
 
 
+def _better_on_a_retrieved_page(c: Containment) -> bool:
+    """The best passage elsewhere is another section of a page the agent retrieved."""
+    best = c.elsewhere_best
+    pages = {s.passage.source_url for s in c.retrieved if s.passage.source_url}
+    return best is not None and best.passage.source_url in pages
+
+
 def _containment_facts(
-    sig: Signals, question: str
+    sig: Signals, question: str, grounded_there: bool = False
 ) -> tuple[bool, bool | None, Passage | None, dict[str, Evidence]]:
+    """The containment facts and their evidence. `grounded_there`: the answer is surely grounded in
+    the passages that answer (every specific and nearly every word theirs), a second signal that the
+    best retrieved passage holds the answer."""
     c = sig.containment
     retrieved = c.retrieved_holds
     index = c.index_holds
@@ -124,20 +201,29 @@ def _containment_facts(
     if not r_best:
         r_conf: Confidence = "high"
     elif c.outranked:
-        r_conf = (
-            _band(c.elsewhere_best.coverage - (r_best.coverage + cont.OUTRANK_MARGIN), 0.15, 0.05)
-            if (c.elsewhere_best)
-            else "low"
-        )
-        r_conf = "medium" if r_conf == "high" else r_conf
+        # a miss is clear-cut where two signals agree: a passage elsewhere covers the question much
+        # better, and the answer did not take its specifics from the agent's passages (an answer
+        # that did may have found the answer there in other words)
+        clear = c.outrank_margin >= CLEAR_OUTRANK and not c.leans_on_retrieved
+        # ... or, where it did, the better passage is on a page the agent never retrieved, by a
+        # wider margin (another section of its own page may say what its chunk said in other words)
+        clear = clear or (c.outrank_margin >= CLEAR_OUTRANK_LEANING and not _better_on_a_retrieved_page(c))
+        r_conf = _band(c.outrank_margin - OUTRANK_MARGIN, 0.15, 0.05)
+        r_conf = "high" if clear else "medium" if r_conf == "high" else r_conf
     elif retrieved:
-        r_conf = _band(c.retrieved_score - c.hold_threshold, 0.3, 0.12)
+        r_conf = _band(c.retrieved_score - c.hold_threshold, HOLD_CLEAR, 0.12)
         rival = c.elsewhere_best.coverage if c.elsewhere_best else 0.0
-        if r_conf == "high" and rival >= r_best.coverage - cont.OUTRANK_MARGIN:
+        if r_conf == "high" and rival >= r_best.coverage - OUTRANK_MARGIN:
             r_conf = "medium"  # a passage elsewhere covers the question about as well
+        if grounded_there and r_best.coverage >= GROUNDED_HOLD:
+            # the passage that covers the question best is where the answer's specifics and words
+            # come from: two signals agree (an answer grounded in a page that covers the question
+            # poorly may have answered another question, a wrong page's)
+            r_conf = "high"
+            r_note += "; the answer is grounded in it"
     else:
         # a miss is clear-cut only far below the threshold: paraphrase hides words, not the reverse
-        r_conf = _band(cont.HOLD_THRESHOLD - c.retrieved_score, 0.45, 0.15)
+        r_conf = _band(HOLD_THRESHOLD - c.retrieved_score, MISS_CLEAR, 0.15)
         # ... and only where the question's words are what a page would say: a question quoting
         # its own code weighs the user's identifiers (`t1 = preprocess(shard=shard)`), and an answer
         # that is the passages' own words (grounded, no decline) may show they answer in other words
@@ -160,10 +246,12 @@ def _containment_facts(
         elif s_best is None:
             i_conf, i_note = "medium", "no re-searched passage beyond the retrieved ones holds their subject"
         else:
-            i_conf = _band(abs(score - cont.INDEX_THRESHOLD), 0.3, 0.12)
+            i_conf = _band(abs(score - INDEX_THRESHOLD), INDEX_CLEAR, 0.12)
+            if index and c.outranked and c.outrank_margin >= CLEAR_OUTRANK:
+                i_conf = "high"  # it covers the question far better than anything the agent was shown
             i_note = f"best re-searched question coverage elsewhere {score:.2f} ({s_best.passage.id})"
         trap = max((s.coverage for s in c.researched or [] if not s.on_topic), default=0.0)
-        if not index and trap >= cont.INDEX_THRESHOLD:
+        if not index and trap >= INDEX_THRESHOLD:
             # the miss rests on the subject check: a passage without the subject covers the question
             i_conf = "medium" if i_conf == "high" else i_conf
             i_note += f"; {trap:.2f} by a passage without the subject the retrieved ones share"
@@ -180,7 +268,7 @@ def _containment_facts(
     return retrieved, (True if retrieved else index), holder, evidence
 
 
-def _grounding_evidence(sig: Signals) -> Evidence:
+def _grounding_evidence(sig: Signals, answer: str = "") -> Evidence:
     g = sig.grounding
     prose = g.prose_support
     prose_note = f"; {prose:.2f} of its words seen" if prose is not None else ""
@@ -207,19 +295,42 @@ def _grounding_evidence(sig: Signals) -> Evidence:
             note=f"{len(g.unsupported)} of {g.checked} specifics seen nowhere by the agent{prose_note}",
         )
     if g.contradictions:
+        # the passages that answer say otherwise themselves (another value for the same key, the
+        # statement negated, a restriction the answer goes beyond): a conflict, not a missing token
         return Evidence(
-            quotes=g.contradictions[:5], confidence="medium", note=f"contradicts a passage{prose_note}"
+            quotes=g.contradictions[:5],
+            confidence="high" if g.against_answering else "medium",
+            note=f"contradicts {'a passage that answers' if g.against_answering else 'a passage'}{prose_note}",
         )
     if not sig.grounded:
         return Evidence(confidence="low", note=f"every specific seen, but few of its words{prose_note}")
+    if g.outside:
+        # seen, but only in passages that do not answer: a token seen somewhere is no support (a
+        # value from another page may be the wrong one for this question)
+        return Evidence(
+            confidence="medium" if prose is None or prose >= 0.75 else "low",
+            note=f"all {g.checked} specifics seen, {len(g.outside)} only outside the passages that answer "
+            f"({g.outside[0]}){prose_note}",
+        )
     # an example the passages give, filled in with the question's values, may be the wrong example
     clear = g.checked >= 3 and prose is not None and prose >= PROSE_CLEAR and not g.filled
+    # a clean decline (a listed phrase, in English) whose other words are the passages': it claims
+    # nothing the passages do not say. One that guesses on ("typically around 100m") is the
+    # "the docs don't say, but ..." answer, an invention after all
+    clean_decline = (
+        sig.declined
+        and sig.decline_listed
+        and looks_english(answer)
+        and (prose is None or prose >= DECLINE_PROSE)
+        and not _GUESSING.search(answer)
+    )
     filled_note = (
         f"; the passages' example filled in with the question's values ({g.filled[0]})" if g.filled else ""
     )
+    decline_note = "; a decline that claims nothing else" if clean_decline and not clear else ""
     return Evidence(
-        confidence="high" if clear else "medium" if prose is None or prose >= 0.75 else "low",
-        note=f"all {g.checked} specifics seen{prose_note}{filled_note}",
+        confidence="high" if clear or clean_decline else "medium" if prose is None or prose >= 0.75 else "low",
+        note=f"all {g.checked} specifics seen{prose_note}{filled_note}{decline_note}",
     )
 
 
@@ -264,14 +375,16 @@ class HeuristicJudge:
     async def judge(self, request: JudgeRequest) -> Facts:
         trace, research = request.trace, request.research
         sig = signals(trace, research)
-        retrieved, in_index, holder, evidence = _containment_facts(sig, trace.question)
+        grounded = _grounding_evidence(sig, trace.answer)
+        grounded_there = sig.grounded and not sig.declined and grounded.confidence == "high"
+        retrieved, in_index, holder, evidence = _containment_facts(sig, trace.question, grounded_there)
         if not looks_english(trace.question):
             # coverage of a question not in English rests on its Latin-script words and the agent's
             # queries: a proxy, never clear-cut
             for name in ("retrieved_has_answer", "index_has_answer"):
                 if name in evidence and evidence[name].confidence == "high":
                     evidence[name] = evidence[name].model_copy(update={"confidence": "medium"})
-        evidence["answer_grounded"] = _grounding_evidence(sig)
+        evidence["answer_grounded"] = grounded
         evidence["answer_declined"] = _decline_evidence(sig, trace)
         facts = request.base.model_copy(
             update={
@@ -285,4 +398,257 @@ class HeuristicJudge:
                 "evidence": evidence,
             }
         )
-        return prompts.flag(facts, prompts.trace_findings(trace, research, request.comment))
+        # the agent's own context (its passages, tool outputs, the question) and its answer apart
+        # from the re-search and the comment: an instruction planted where the agent read it may
+        # have steered the answer itself, so no fact of such a trace is sure
+        steered = prompts.trace_findings(trace, None, None)
+        if steered:
+            facts = facts.model_copy(update={"evidence": _unsure(facts.evidence, "injection in what the agent read")})
+        others = prompts.injection_findings([("comment", request.comment)]) + prompts.passage_findings(research or [])
+        return prompts.flag(facts, steered + others)
+
+
+#: a passage holds the answer at this score (question coverage, plus the answer support bonus)
+HOLD_THRESHOLD = 0.65
+#: a re-searched passage elsewhere this much better than the best retrieved one outranks it
+OUTRANK_MARGIN = 0.2
+#: weight of the answer's support by the retrieved passages
+ANSWER_WEIGHT = 0.4
+#: the index holds the answer when some re-searched passage the agent was not shown covers the
+#: question this well
+INDEX_THRESHOLD = 0.55
+#: a declining agent read its passages and says the answer is not there: overruled only from here
+DECLINED_HOLD_THRESHOLD = 0.85
+#: the answer's specifics the retrieved passages hold, from this share on, say the passages hold the
+#: answer when no passage elsewhere covers the question clearly better (`OUTRANK_MARGIN`): the user's
+#: words may not be the docs' words, the answer's specifics taken from the passages bridge them
+SUPPORT_HOLD = 0.7
+#: ... of at least this many specifics
+SUPPORT_MIN = 2
+#: a re-searched passage counts (for the index, or as a better passage elsewhere) only if it holds
+#: this share of the question's words that the retrieved passages hold: the subject the agent's
+#: search did find. One that holds the rare words without the subject is a lexical trap
+TOPIC_SHARE = 0.5
+#: ... when the retrieved passages hold at least this many of the question's words (one is no subject)
+TOPIC_MIN = 2
+#: how far from its threshold a score is clear-cut (`high`): a hold above `HOLD_THRESHOLD`, a miss
+#: below it (paraphrase hides words, not the reverse), the index either side of `INDEX_THRESHOLD`
+HOLD_CLEAR = 0.3
+MISS_CLEAR = 0.45
+INDEX_CLEAR = 0.3
+#: a retrieved passage that covers the question this well, and in which the answer is surely
+#: grounded, surely holds the answer
+GROUNDED_HOLD = 0.4
+#: a passage elsewhere this much better than the best retrieved one is a clear-cut miss (`high`),
+#: unless the answer leans on the retrieved passages
+CLEAR_OUTRANK = 0.4
+#: ... and this much where it does, from another page
+CLEAR_OUTRANK_LEANING = 0.5
+#: retrieved passages that cover the question within this much of the best one answer it too: the
+#: answer's support must come from them (`Containment.answering`)
+ANSWERING_MARGIN = 0.1
+
+
+#: words that tell the user's situation, not the subject ("it has been hanging for an hour, if that
+#: matters"): no page answers them, so counted they make every passage look as if it missed
+_SITUATION = word_set(
+    """since though although already anymore actually suddenly instead currently recently basically
+    hour hours day days minute minutes week weeks yesterday today tonight morning matter matters rid
+    fine wonder wondering idea thanks thank hi hello anyone someone somebody everything okay ok lot
+    bit kind sort tried happen happens happened hope hoping guess"""
+)
+
+
+def question_terms(question: str, tool_calls: Sequence[ToolCall]) -> set[str]:
+    terms = set(word_set(question)) - _SITUATION
+    if looks_english(question):
+        return terms
+    terms = {t for t in terms if t.isascii()}
+    for call in tool_calls:
+        query = call.args.get("query") if call.is_search else None
+        if isinstance(query, str):
+            terms |= word_set(query)
+    return terms
+
+
+#: a name with two hyphens or more (`hpo-bert-base`, `fraud-detection-study-v2`): what users call
+#: their own notebooks, experiments and namespaces
+_KEBAB = re.compile(r"(?<![\w.\-/])[a-z0-9]+(?:-[a-z0-9]+){2,}(?![\w\-/])")
+
+
+def own_names(question: str, pool: Pool) -> set[str]:
+    """The words of the user's own object names: a kebab-case name no passage of the trace holds is
+    the user's (`fraud-detection-gradient-boosting-study-v2`), and no page of the docs holds it or
+    its parts as the user means them. Counted, its many rare words would make every passage look as
+    if it missed the question. A part the question also uses on its own still counts."""
+    names = [m.group(0) for m in _KEBAB.finditer(question) if not pool.holds(m.group(0))]
+    if not names:
+        return set()
+    rest = word_set(_KEBAB.sub(" ", question))
+    return {w for name in names for w in word_set(name)} - rest
+
+
+def passage_text(passage: Passage) -> str:
+    return f"{passage.title or ''}\n{passage.text}"
+
+
+def _same_passage(x: str, y: str) -> bool:
+    """Two squashed passage texts are one passage (one is cut from the other)."""
+    return x[:120] in y or y[:120] in x
+
+
+@dataclass
+class Scored:
+    passage: Passage
+    coverage: float  # idf-weighted question coverage
+    topic: float = 1.0  # share of the question's words the retrieved passages hold that this one holds
+
+    @property
+    def on_topic(self) -> bool:
+        return self.topic >= TOPIC_SHARE
+
+
+def on_topic(scored: Sequence[Scored] | None) -> list[Scored]:
+    """The re-searched passages that may count for the index (none of the lexical traps)."""
+    return [s for s in scored or [] if s.on_topic]
+
+
+@dataclass
+class Containment:
+    """What the containment scores found for one trace."""
+
+    retrieved: list[Scored]
+    researched: list[Scored] | None
+    answer_support: float | None  # the answer's specifics held by the retrieved passages
+    retrieved_best: Scored | None
+    elsewhere_best: Scored | None  # the best on-topic re-searched passage the agent was not shown
+    declined: bool = False  # the answer declines (its specifics say nothing about what is needed)
+    answer_specifics: int = 0  # how many specifics `answer_support` is a share of
+
+    @cached_property
+    def _retrieved_texts(self) -> list[str]:
+        return [squash(s.passage.text) for s in self.retrieved]
+
+    def shown(self, passage: Passage) -> bool:
+        """`passage` is one the agent retrieved (or cut from one, or one cut from it)."""
+        text = squash(passage.text)
+        return any(_same_passage(text, r) for r in self._retrieved_texts)
+
+    @property
+    def answering(self) -> list[Passage]:
+        """The retrieved passages that answer the question, as far as the question's words tell:
+        the best one, and those that cover the question about as well (`ANSWERING_MARGIN`). What
+        the answer takes from other passages is seen, but not where the answer is."""
+        best = self.retrieved_best
+        if best is None:
+            return []
+        floor = best.coverage - ANSWERING_MARGIN
+        return [s.passage for s in self.retrieved if s is best or (s.coverage > 0 and s.coverage >= floor)]
+
+    @property
+    def leans_on_retrieved(self) -> bool:
+        """The answer's specifics are the retrieved passages' (`SUPPORT_HOLD` of `SUPPORT_MIN` or
+        more): it answered from what it was shown, right page or not."""
+        support = self.answer_support
+        return support is not None and support >= SUPPORT_HOLD and self.answer_specifics >= SUPPORT_MIN
+
+    @property
+    def outrank_margin(self) -> float:
+        """How much better the best passage elsewhere covers the question than the best retrieved one."""
+        if self.elsewhere_best is None:
+            return 0.0
+        return self.elsewhere_best.coverage - (self.retrieved_best.coverage if self.retrieved_best else 0.0)
+
+    @property
+    def retrieved_score(self) -> float:
+        base = self.retrieved_best.coverage if self.retrieved_best else 0.0
+        return base + ANSWER_WEIGHT * (self.answer_support or 0.0) if self.retrieved_best else 0.0
+
+    @property
+    def outranked(self) -> bool:
+        """A clearly better passage elsewhere, and the best retrieved one does not cover the question
+        by itself (it leans on the answer's specifics: the answer may be grounded off target)."""
+        if self.elsewhere_best is None:
+            return False
+        best = self.retrieved_best.coverage if self.retrieved_best else 0.0
+        if best >= HOLD_THRESHOLD:
+            return False
+        return self.elsewhere_best.coverage >= max(best + OUTRANK_MARGIN, HOLD_THRESHOLD)
+
+    @property
+    def hold_threshold(self) -> float:
+        return DECLINED_HOLD_THRESHOLD if self.declined else HOLD_THRESHOLD
+
+    @property
+    def supported(self) -> bool:
+        """The answer's specifics are the retrieved passages' (`SUPPORT_HOLD`), and no passage
+        elsewhere covers the question clearly better than they do."""
+        if self.retrieved_best is None or self.answer_support is None or self.answer_support < SUPPORT_HOLD:
+            return False
+        if self.answer_specifics < SUPPORT_MIN:
+            return False  # one common specific (`kubectl`) says nothing about which passage answers
+        rival = self.elsewhere_best.coverage if self.elsewhere_best else 0.0
+        return rival < self.retrieved_best.coverage + OUTRANK_MARGIN
+
+    @property
+    def retrieved_holds(self) -> bool:
+        return (self.retrieved_score >= self.hold_threshold and not self.outranked) or self.supported
+
+    @property
+    def index_score(self) -> float | None:
+        """The best coverage among the re-searched passages the agent was not shown: a passage it
+        was shown, and that did not hold the answer there, holds it no better when re-found."""
+        if self.researched is None:
+            return None
+        return self.elsewhere_best.coverage if self.elsewhere_best else 0.0
+
+    @property
+    def index_holds(self) -> bool | None:
+        if self.retrieved_holds:
+            return True
+        score = self.index_score
+        return None if score is None else score >= INDEX_THRESHOLD
+
+
+def contain(
+    question: str,
+    answer: str,
+    tool_calls: Sequence[ToolCall],
+    retrieved: Sequence[Passage],
+    researched: Sequence[Passage] | None,
+    answer_counts: bool,
+    declined: bool = False,
+) -> Containment:
+    """Score every passage of a trace. `answer_counts`: the answer neither declines nor is empty, so
+    its specifics say what the passages should hold."""
+    pool = Pool([passage_text(p) for p in [*retrieved, *(researched or [])]])
+    terms = question_terms(question, tool_calls) - own_names(question, pool)
+    topic = terms & frozenset().union(*(word_set(passage_text(p)) for p in retrieved))
+
+    def score(p: Passage) -> Scored:
+        have = word_set(passage_text(p))
+        share = len(topic & have) / len(topic) if len(topic) >= TOPIC_MIN else 1.0
+        return Scored(p, pool.weighted_coverage(terms, have), share)
+
+    r_scored = [score(p) for p in retrieved]
+    s_scored = [score(p) for p in researched] if researched is not None else None
+    support: float | None = None
+    wanted: list[str] = []
+    if answer_counts and retrieved:
+        asked = squash(question)
+        wanted = [s for s in specifics(strip_invisible(answer)) if squash(s) not in asked]
+        if wanted:
+            held = squash(strip_invisible("\n".join(f"{p.text} {p.source_url or ''}" for p in retrieved)))
+            support = sum(squash(s) in held for s in wanted) / len(wanted)
+    found = Containment(
+        retrieved=r_scored,
+        researched=s_scored,
+        answer_support=support,
+        retrieved_best=max(r_scored, key=lambda s: s.coverage, default=None),
+        elsewhere_best=None,
+        declined=declined,
+        answer_specifics=len(wanted),
+    )
+    elsewhere = [s for s in on_topic(s_scored) if not found.shown(s.passage)]
+    found.elsewhere_best = max(elsewhere, key=lambda s: s.coverage, default=None)
+    return found

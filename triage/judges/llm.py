@@ -18,12 +18,18 @@ Two calls per trace, run concurrently:
 Facts the trace proves (whether the agent searched, which collections) come in `base` and are
 never asked. The layer is never asked either: `rule.decide` maps the facts.
 
-The parts: `llm_messages` (what the model is shown and may cite, and how its quotes are found),
-`llm_replies` (reply models and their schemas; verification in code: a reply that fails gets one
-more try, told which checks failed, then `JudgeRejected`; replies to facts), `llm_transport`
-(requests, retries, usage).
+The parts: `llm_replies` (what the model is shown and may cite, and how its quotes are found;
+reply models and their schemas; verification in code: a reply that fails gets one more try, told
+which checks failed, then `JudgeRejected`; replies to facts), `llm_transport` (requests, retries,
+usage).
 A component picked outside the catalogue fails no check: the pick is discarded with a logged note
 and the layer facts of the reply stand.
+
+Prompts are cache-friendly: each call's system message (instructions, the catalogue, the reply
+format) and its reply schema are the same bytes for every call of its kind in a run, so a server's
+prompt cache can serve them; what changes (the nonce, the sets asked, the data) is the user message,
+after them. In batch mode (`batch`, `triage feedback --batch`) each call's first attempt is asked
+through a round of the Batch API (`judges.batch_rounds`); a verification retry goes directly.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import openai
 from pydantic import BaseModel
@@ -42,25 +48,26 @@ from triage.domain.ports import JudgeRequest, SearchMore
 from triage.domain.records import Facts, Passage, Trace, Usage
 from triage.errors import ConfigError, JudgeError, JudgeRejected, leaves
 from triage.judges import prompts
-from triage.judges.llm_messages import (
+from triage.judges.llm_replies import (
     CAP_ANSWER,
     CAP_COMMENT,
     CAP_QUESTION,
-    PassageSet,
-    passage_set,
-    tool_blocks,
-)
-from triage.judges.llm_replies import (
     ContainmentReply,
     FactMaker,
     GroundingReply,
+    PassageSet,
     containment_problems,
     containment_schema,
     grounding_problems,
     grounding_schema,
+    passage_set,
+    tool_blocks,
 )
 from triage.judges.llm_transport import RECENT_TRACES, ChatExchange, RecentUsage, StructuredMode
 from triage.retry import Budget, Clock, RetryPolicy
+
+if TYPE_CHECKING:
+    from triage.judges.batch_rounds import BatchCollector
 
 TEMPLATES = (
     "containment_system.j2",
@@ -101,6 +108,7 @@ class LLMJudge:
         budget: Budget | None = None,
         recent_traces: int = RECENT_TRACES,
         search_again: int = 2,
+        batch: BatchCollector | None = None,
     ) -> None:
         if not components:
             raise ConfigError("the LLM judge needs a component catalogue")
@@ -125,9 +133,32 @@ class LLMJudge:
             clock=clock,
             budget=budget,
         )
+        if batch is not None:
+            from triage.judges.batching import BatchRunner
+
+            batch.attach(BatchRunner(client, retry=retry, metadata={"job": "triage feedback"}))
+        self.batch = batch
         self.exchange = ChatExchange(
-            client=client, model=model, retry=retry, concurrency=concurrency, timeout=timeout, structured=structured
+            client=client,
+            model=model,
+            retry=retry,
+            concurrency=concurrency,
+            timeout=timeout,
+            structured=structured,
+            batch=batch,
         )
+        # the same for every call of a kind, so built once (and a cacheable prefix: no nonce in it)
+        catalogue = [
+            (name, ", ".join(c.keywords) if c.keywords else "(anything else)") for name, c in components.items()
+        ]
+        self._containment_system = prompts.render(
+            "containment_system.j2",
+            product=product,
+            catalogue=catalogue,
+            default_component=self.default_component,
+        )
+        self._grounding_system = prompts.render("grounding_system.j2", product=product)
+        self._containment_schema = containment_schema(list(components))
 
     @property
     def usage(self) -> Usage:
@@ -146,6 +177,8 @@ class LLMJudge:
 
     async def aclose(self) -> None:
         """Close the model client's connections (on the loop that opened them)."""
+        if self.batch is not None:
+            await self.batch.aclose()
         await self.exchange.aclose()
 
     async def judge(self, request: JudgeRequest) -> Facts:
@@ -277,32 +310,19 @@ class LLMJudge:
         if only is not None:
             s_set = passage_set("research", "S", only, nonce, focus)
             asked = [s_set]
-        catalogue = [
-            (name, ", ".join(c.keywords) if c.keywords else "(anything else)")
-            for name, c in self.components.items()
-        ]
-        system = prompts.render(
-            "containment_system.j2",
-            product=self.product,
-            nonce=nonce,
-            sets=asked,
-            catalogue=catalogue,
-            default_component=self.default_component,
-            search_again=search_again,
-        )
         user = prompts.render(
             "containment_user.j2",
             nonce=nonce,
             question=prompts.encode(prompts.clean(trace.question, CAP_QUESTION, nonce)),
             comment=prompts.encode(prompts.clean(comment, CAP_COMMENT, nonce) if comment else None),
             sets=asked,
+            search_again=search_again,
         )
-        schema = containment_schema([s.key for s in asked], list(self.components), search_again > 0)
         reply = await self._ask(
             "containment",
-            system,
+            self._containment_system,
             user,
-            schema,
+            self._containment_schema,
             ContainmentReply,
             lambda r: containment_problems(r, asked),
             usage,
@@ -319,7 +339,6 @@ class LLMJudge:
         r_set = passage_set("retrieved", "R", trace.passages, nonce, focus)
         calls, t_blocks = tool_blocks(trace, nonce, focus)
         answer = prompts.clean(trace.answer, CAP_ANSWER, nonce)
-        system = prompts.render("grounding_system.j2", product=self.product, nonce=nonce)
         user = prompts.render(
             "grounding_user.j2",
             nonce=nonce,
@@ -331,7 +350,7 @@ class LLMJudge:
         blocks = {**r_set.blocks, **t_blocks}
         return await self._ask(
             "grounding",
-            system,
+            self._grounding_system,
             user,
             grounding_schema(),
             GroundingReply,
@@ -359,7 +378,11 @@ class LLMJudge:
         ]
         problems: list[str] = []
         for round_ in (1, 2):
-            raw, reply = await self.exchange.complete(call, messages, schema, reply_type, usage)
+            # in batch mode the first round is asked through a batch; the retry goes directly (a few
+            # calls are not worth another batch's wait)
+            raw, reply = await self.exchange.complete(
+                call, messages, schema, reply_type, usage, trace_id=trace_id, batchable=round_ == 1
+            )
             problems = verify(reply)
             if not problems:
                 return reply

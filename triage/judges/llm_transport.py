@@ -11,8 +11,13 @@ model are `ConfigError`.
 Structured output: `auto` tries a strict `json_schema`; a 400 that names the response format
 downgrades the exchange (once, for all later calls) to `json_object`, then to plain JSON parsing.
 
-The run's totals are `ChatExchange.usage`; `RecentUsage` (the last section) keeps each trace's own
-figure for the most recent traces only, so the judge's memory is O(1) in the run.
+The run's totals are `ChatExchange.usage`, with the prompt tokens the server had cached (its
+`usage.prompt_tokens_details.cached_tokens`) and the part answered in batches; `RecentUsage` (the
+last section) keeps each trace's own figure for the most recent traces only, so the judge's memory
+is O(1) in the run.
+
+Batch mode (`batch`, `judges.batch_rounds`): a call's first attempt is asked through a round of the
+Batch API; what the round does not answer, every retry and a downgrade of the format go directly.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import openai
 from pydantic import BaseModel, ValidationError
@@ -31,6 +36,9 @@ from triage.domain.kernel import one_line
 from triage.domain.records import Usage
 from triage.errors import ConfigError, JudgeError, JudgeRejected
 from triage.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from triage.judges.batch_rounds import BatchCollector
 
 StructuredMode = Literal["auto", "json_schema", "json_object", "none"]
 _MODES: tuple[Literal["json_schema", "json_object", "none"], ...] = ("json_schema", "json_object", "none")
@@ -82,9 +90,12 @@ class ChatExchange:
         concurrency: int,
         timeout: float,
         structured: StructuredMode = "auto",
+        batch: BatchCollector | None = None,
     ) -> None:
         self.model = model
         self.retry = retry
+        #: batch mode (`triage feedback --batch`): a call's first attempt is asked through it
+        self.batch = batch
         self.usage = Usage()
         #: HTTP requests made, including failed ones (usage.calls counts answered ones)
         self.requests = 0
@@ -100,14 +111,26 @@ class ChatExchange:
         await self._client.close()
 
     async def complete(
-        self, call: str, messages: list[dict[str, str]], schema: dict[str, Any], reply_type: type[T], usage: Usage
+        self,
+        call: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        reply_type: type[T],
+        usage: Usage,
+        *,
+        trace_id: str = "",
+        batchable: bool = True,
     ) -> tuple[str, T]:
-        """One answered, parsed reply (raw text and model), with retries."""
+        """One answered, parsed reply (raw text and model), with retries. In batch mode
+        (`batchable`, and a collector given) the first attempt is asked through a batch round;
+        what the round does not answer, and every retry, goes directly."""
         retrying = self.retry.async_retrying(_retryable, retry_after=wait_headers)
+        batched = batchable and self.batch is not None
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(call, messages, schema, reply_type, usage)
+                    first, batched = batched, False
+                    return await self._attempt(call, messages, schema, reply_type, usage, first, trace_id)
         except Transient as ex:
             number = retrying.statistics.get("attempt_number", 1)
             raise JudgeError(
@@ -119,12 +142,20 @@ class ChatExchange:
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
     async def _attempt(
-        self, call: str, messages: list[dict[str, str]], schema: dict[str, Any], reply_type: type[T], usage: Usage
+        self,
+        call: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        reply_type: type[T],
+        usage: Usage,
+        batched: bool = False,
+        trace_id: str = "",
     ) -> tuple[str, T]:
         while True:  # a downgrade of the response format is not an attempt: ask again at once
             mode = self.mode
+            through_batch, batched = batched, False  # a round is asked once; a downgrade goes directly
             try:
-                completion = await self._request(call, messages, schema, mode)
+                completion, in_batch = await self._request(call, messages, schema, mode, through_batch, trace_id)
             except openai.BadRequestError as ex:
                 if self._downgrade(mode, ex):
                     continue
@@ -139,10 +170,19 @@ class ChatExchange:
                 if ex.status_code >= 500 or ex.status_code in (408, 409):
                     raise Transient(ex) from ex
                 raise JudgeError(f"model {self.model} failed: {short(ex)}") from ex
-            self._count(completion, usage)
+            self._count(completion, usage, in_batch)
             return self._parse(completion, reply_type, mode)
 
-    async def _request(self, call: str, messages: list[dict[str, str]], schema: dict[str, Any], mode: str) -> Any:
+    async def _request(
+        self,
+        call: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        mode: str,
+        batched: bool = False,
+        trace_id: str = "",
+    ) -> tuple[Any, bool]:
+        """The completion, and whether a batch round answered it (`batched`: ask a round first)."""
         kwargs: dict[str, Any] = {}
         if mode == "json_schema":
             kwargs["response_format"] = {
@@ -153,9 +193,16 @@ class ChatExchange:
             kwargs["response_format"] = {"type": "json_object"}
         if self._send_temperature:
             kwargs["temperature"] = 0
+        if batched and self.batch is not None:
+            body = {"model": self.model, "messages": messages, **kwargs}
+            answer = await self.batch.ask(body, trace_id=trace_id, call=call)
+            if answer is not None:
+                return answer, True
+            # not answered in a round (left by it, past the deadline, no Batch API): directly, once
         async with self._semaphore:
             self.requests += 1
-            return await self._client.chat.completions.create(model=self.model, messages=messages, **kwargs)  # type: ignore[arg-type]
+            create = self._client.chat.completions.create
+            return await create(model=self.model, messages=messages, **kwargs), False  # type: ignore[arg-type]
 
     def _downgrade(self, mode: str, ex: openai.BadRequestError) -> bool:
         """After a 400: fall back to a format (or no temperature) the server accepts. Sticky."""
@@ -173,11 +220,20 @@ class ChatExchange:
             self.mode = _MODES[_MODES.index(mode) + 1]
         return True
 
-    def _count(self, completion: Any, usage: Usage) -> None:
+    def _count(self, completion: Any, usage: Usage, batched: bool = False) -> None:
         got = Usage(calls=1)
         if getattr(completion, "usage", None) is not None:
             got.input_tokens = completion.usage.prompt_tokens or 0
             got.output_tokens = completion.usage.completion_tokens or 0
+            # the prompt-cache hit: `usage.prompt_tokens_details.cached_tokens` (OpenAI's chat completions)
+            details = getattr(completion.usage, "prompt_tokens_details", None)
+            cached = getattr(details, "cached_tokens", None) if details is not None else None
+            got.cached_input_tokens = min(cached, got.input_tokens) if isinstance(cached, int) and cached > 0 else 0
+        if batched:
+            got.batch_calls = got.calls
+            got.batch_input_tokens = got.input_tokens
+            got.batch_cached_input_tokens = got.cached_input_tokens
+            got.batch_output_tokens = got.output_tokens
         self.usage.add(got)
         usage.add(got)
 
@@ -221,11 +277,15 @@ class ChatExchange:
 
 
 def short(ex: Exception, limit: int = 300) -> str:
+    """A failed request in one line: its status and the server's message (the judge's calls and the
+    Batch API runner's)."""
     status = getattr(ex, "status_code", None)
     body = getattr(ex, "body", None)
     message = body.get("message") if isinstance(body, dict) else None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = body["error"].get("message")
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):  # FastAPI's 404 (vLLM)
+        message = message or body["detail"]
     text = one_line(str(message or ex), limit)
     return f"HTTP {status}: {text}" if status else text
 

@@ -11,7 +11,7 @@ Each fact is a boolean, null (not established), or one of the judge's richer val
 (grounding), `declined | not_declined` (declining), `yes | no | true | false`. `partial` maps like
 the LLM judge's default (not the answer) unless `partial_is_answer=True`. Optional:
 `answer_collection`, `component`, `unsupported_claims`, `answer_sources`, `injection_suspected`,
-`evidence`. `triage.sinks.facts_file.write_facts_line` writes every one of them, so a run's local facts file replays to
+`evidence`. `triage.sinks.exports.write_facts_line` writes every one of them, so a run's local facts file replays to
 the same layers. Facts the trace proves (`agent_searched`, `agent_searched_collections`) are
 written for the record but read from the trace, never from the file. When a trace appears on
 several lines, the last line wins (a run file is appended to).
@@ -35,7 +35,7 @@ _TRUE = {"true", "yes", "contains_answer", "grounded", "no_factual_claims", "dec
 _FALSE = {"false", "no", "no_answer", "ungrounded", "not_declined"}
 _BOOL_FACTS = ("retrieved_has_answer", "index_has_answer", "answer_grounded", "answer_declined")
 _COLLECTION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-# written for the record by `triage.sinks.facts_file.write_facts_line` (or by hand), never used as facts
+# written for the record by `triage.sinks.exports.write_facts_line` (or by hand), never used as facts
 _IGNORED = {
     "agent_searched",
     "agent_searched_collections",

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from triage.domain.relay import VERDICTS
+from triage.domain.review import VERDICTS
 from triage.domain.scores import END_USER
 from triage.redact import printable, redact
 from triage.relay.access import (

@@ -7,7 +7,7 @@ Spellings: a chat form (`{"contextId", "turn", "value": "up"|"down", "comment"}`
 Kubeflow docs agent's feedback design; its widget sends no votes yet), triage's own camelCase
 names and their snake_case spellings, and K2View's 1-based `turnNumber`: each field lists the
 spellings it accepts (`_spelled`), the first its own. Limits come from the domain: the verdict's
-categories are `domain.relay.Verdict`, its fields' longest values the declared score model's
+categories are `domain.review.Verdict`, its fields' longest values the declared score model's
 (`RelayConfig.max_text`, given as the validation context), a score's name `MAX_SCORE_NAME`.
 
 A malformed body or a missing id is a 400 naming the field; a value of the wrong kind for its field
@@ -42,8 +42,8 @@ from pydantic import (
 from pydantic.json_schema import models_json_schema
 from pydantic_core import PydanticCustomError
 
-from triage.domain.config import CalibrationConfig
-from triage.domain.relay import MAX_SCORE_NAME, VERDICT_FIELDS, VERDICTS, RelayConfig, ReviewNames, Verdict
+from triage.domain.config import MAX_SCORE_NAME, VERDICT_FIELDS, CalibrationConfig, RelayConfig, ReviewNames
+from triage.domain.review import VERDICTS, Verdict
 from triage.domain.scores import END_USER, MAX_TURN, normalise_author, parse_turn, unencodable
 from triage.relay.access import answer_key
 from triage.relay.web import Problem
@@ -302,7 +302,7 @@ _VERDICT = ("verdict", *VERDICT_FIELDS)
 
 class _Rating(AnswerRef):
     """What a feedback body says: a vote and/or a verdict. A field of the verdict is declared in
-    `domain.relay.VerdictField` and accepted here, by its spellings."""
+    `domain.config.VerdictField` and accepted here, by its spellings."""
 
     value: Vote = _spelled("value", "rating", description='the vote: up/down, true/false or 1/0; "" or absent for none')
     comment: Comment | None = Field(default=None, description="the vote's comment; alone, a note")
@@ -368,7 +368,7 @@ class FeedbackIn(_Rating):
 # a field of the verdict the domain declares and this body cannot take would fail every verdict:
 # refused here, at import, rather than met as a 500
 if _lacking := sorted(set(VERDICT_FIELDS) - set(_Rating.model_fields)):
-    raise TypeError(f"FeedbackIn takes no {', '.join(_lacking)} (declared in domain.relay.VerdictField)")
+    raise TypeError(f"FeedbackIn takes no {', '.join(_lacking)} (declared in domain.config.VerdictField)")
 
 
 class TargetIn(AnswerRef):

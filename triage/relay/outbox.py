@@ -20,9 +20,8 @@ from functools import partial
 from typing import Literal, Protocol
 
 import httpx
-from tenacity import RetryCallState, Retrying
 
-from triage.domain.relay import RelayConfig
+from triage.domain.config import RelayConfig
 from triage.domain.review import ensure_configs
 from triage.domain.scores import ScoreBody
 from triage.errors import SourceError, TriageError
@@ -31,7 +30,7 @@ from triage.relay.storage import Op, Settlement
 from triage.retry import Clock, RetryPolicy
 from triage.sources.langfuse.annotations import LangfuseAnnotations
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp
-from triage.sources.langfuse.scores import ScoreReads
+from triage.sources.langfuse.reads import ScoreReads
 from triage.sources.langfuse.writes import ScoreWrites, failure
 from triage.sources.store import Store
 
@@ -180,7 +179,7 @@ class LangfuseSink:
         `ScoreWrites.delete`. Raises `DeliveryFailed` when Langfuse took nothing (it is down)."""
         failed: dict[int, DeliveryFailed] = {}
         ops = coalesce(ops)
-        # a body no sink could send never gets here: the claim set it aside (ledger.decode_body)
+        # a body no sink could send never gets here: the claim set it aside (storage.decode_body)
         puts = {op.score_id: op for op in ops if op.op == "put" and op.body is not None}
         if puts:
             bodies = [replace(op.body, config_id=self.config_ids.get(op.body.name)) for op in puts.values() if op.body]
@@ -227,8 +226,6 @@ MAX_RETRY_AFTER = 60.0
 #: how long a failed delivery waits: as long as the sink asked, up to the cap, else exponential
 #: back-off with jitter; no limit of attempts (the outbox keeps an op until it is delivered or set aside)
 BACKOFF = RetryPolicy(attempts=None, initial=0.5, maximum=30.0, max_retry_after=MAX_RETRY_AFTER)
-#: the loop `Worker.backoff`'s call states belong to: the worker's own, not tenacity's
-_NO_LOOP = Retrying()
 
 
 class Worker:
@@ -265,11 +262,8 @@ class Worker:
 
     def backoff(self, attempts: int, asked: float | None = None) -> float:
         """Seconds until an op that failed `attempts` times is tried again (`asked`: the sink's
-        Retry-After), by the one retry policy. The policy reads the attempt from a tenacity call
-        state; the outbox counts attempts itself, so one is made here."""
-        state = RetryCallState(_NO_LOOP, None, (), {})
-        state.attempt_number = attempts + 1
-        return self.policy.wait_for(state, asked)
+        Retry-After), by the one retry policy: this is its attempt number `attempts + 1`."""
+        return self.policy.backoff(attempts + 1, asked)
 
     def run_once(self) -> int:
         """Deliver one batch of due operations; how many were delivered."""

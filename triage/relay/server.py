@@ -14,8 +14,7 @@ from pathlib import Path
 
 import uvicorn
 
-from triage.domain.config import TriageConfig
-from triage.domain.relay import RelayConfig, ReviewNames
+from triage.domain.config import RelayConfig, ReviewNames, TriageConfig
 from triage.errors import ConfigError
 from triage.relay.api import Credentials, RelayApp
 from triage.relay.commits import GroupCommit

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from triage.domain.config import CalibrationConfig
+from triage.domain.config import HUMAN, VOTE_SCORE, CalibrationConfig, DeclaredScore, RelayConfig, ReviewNames
 from triage.domain.kernel import iso_ms, parse_time
-from triage.domain.relay import HUMAN, VOTE_SCORE, DeclaredScore, RelayConfig, ReviewNames, Verdict
+from triage.domain.review import Verdict
 from triage.domain.scores import END_USER, BadScore, DataType, PersonMeta, ScoreBody, relay_score_id
 from triage.relay.bodies import Answer, Feedback, ScoreIn
 from triage.relay.commits import GroupCommit, LedgerDown

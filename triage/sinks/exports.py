@@ -24,9 +24,9 @@ from typing import IO, Any, Protocol
 from pydantic import ValidationError
 
 from triage import jsonl
-from triage.domain.conversations import Conversation, ConversationList
-from triage.domain.datasets import DatasetItem, DatasetWriteOutcome, PromoteAction, PromoteResult
 from triage.domain.records import Facts
+from triage.domain.votes import Conversation, ConversationList
+from triage.domain.worklist import DatasetItem, DatasetWriteOutcome, PromoteAction, PromoteResult
 from triage.errors import ConfigError, InputError
 from triage.sinks.report import md
 
@@ -69,17 +69,7 @@ def write_facts_line(
 
 
 def _dataset_line(item: DatasetItem) -> str:
-    record = {
-        "id": item.id,
-        "datasetName": item.dataset_name,
-        "input": item.input,
-        "expectedOutput": item.expected_output,
-        "metadata": item.metadata,
-        "sourceTraceId": item.source_trace_id,
-        "sourceObservationId": item.source_observation_id,
-        "status": item.status,
-    }
-    return jsonl.dumps(record, sort_keys=True)
+    return jsonl.dumps(item.wire(), sort_keys=True)
 
 
 class DatasetFile:
@@ -294,7 +284,7 @@ VOTES_FORMATS: Mapping[str, Callable[[ConversationList], str]] = {
 # -- plain-text lines: `triage import`, `triage queue` -----------------------------------------
 
 
-class Imported(Protocol):
+class ImportCounts(Protocol):
     """What `triage import` loaded, and where."""
 
     @property
@@ -307,7 +297,7 @@ class Imported(Protocol):
     def scores(self) -> int: ...
 
 
-def imported_text(imported: Imported) -> str:
+def imported_text(imported: ImportCounts) -> str:
     return (
         f"imported {imported.traces} traces, {imported.observations} observations, {imported.scores} scores "
         f"into {imported.path}\n"

@@ -21,10 +21,12 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from triage.domain.calibration import LABELLED_FACTS, CalibrationReport, EvalReport
+from triage.domain.checks import STATUSES, CaseReport, CheckResult, Status
 from triage.domain.outcome import Entry, RunResult, Skipped
 from triage.domain.records import Layer
-from triage.domain.signatures import NIGHTS
+from triage.domain.releases import Rate, ReleaseWindow
+from triage.domain.review import LABELLED_FACTS, CalibrationReport, EvalReport, JudgeMeasure
+from triage.domain.worklist import NIGHTS
 from triage.errors import ConfigError
 from triage.redact import printable, redact
 
@@ -71,6 +73,42 @@ def _num(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _rate(rate: Rate, interval: bool = True) -> str:
+    """`4/20 = 20.0% (8.1–41.6%)`: a rate with its 95% interval (`–` for a rate of nothing)."""
+    if rate.value is None or rate.low is None or rate.high is None:
+        return f"{rate.count}/{rate.total}"
+    shown = f"{rate.count}/{rate.total} = {_pct(rate.value)}"
+    return f"{shown} ({_pct(rate.low)}–{_pct(rate.high)})" if interval else shown
+
+
+def _p(value: float | None) -> str:
+    return "–" if value is None else "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def measured(measure: JudgeMeasure | None, judge: str) -> str:
+    """How far `judge` has been measured against people's labels: one sentence for the report and
+    the issue drafts (our own text: the judge's name is configuration)."""
+    if measure is None:
+        return (
+            f"Judge `{judge}`: unmeasured (no `triage calibrate --write` has compared its verdicts with "
+            "people's labels): read its verdicts as unchecked."
+        )
+    kappa = "undefined" if measure.kappa is None else f"{measure.kappa:.2f}"
+    interval = (
+        "" if measure.kappa_low is None or measure.kappa_high is None
+        else f" (95% interval {measure.kappa_low:.2f} to {measure.kappa_high:.2f})"
+    )  # fmt: skip
+    return (
+        f"Judge `{judge}`: layer kappa {kappa}{interval} against people on {measure.labels} labels, "
+        f"measured {measure.measured_at.strftime('%Y-%m-%d')} (rule version {measure.rule_version}) by "
+        "`triage calibrate`."
+    )
+
+
 templates = Environment(
     loader=PackageLoader("triage.sinks", "templates"),
     undefined=StrictUndefined,
@@ -79,7 +117,7 @@ templates = Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
-templates.filters.update(md=md, code=code, chart=chart_label, num=_num)
+templates.filters.update(md=md, code=code, chart=chart_label, num=_num, rate=_rate, p=_p)
 
 # -- the run report ----------------------------------------------------------------------------
 
@@ -142,6 +180,7 @@ def render_report(result: RunResult) -> str:
         sigs={sig.id: sig for sig in worklist.signatures} if worklist else {},
         nights=NIGHTS + 1,
         summary=summary_lines(result, timing=False),  # our own text: not escaped
+        measured=measured(result.judge_measure, result.judge),
     )
 
 
@@ -181,6 +220,16 @@ def summary_lines(result: RunResult, *, timing: bool = True) -> list[str]:
         ),
         f"search calls {result.search_calls}; backend requests {result.requests} ({per_trace:.2f} per triaged trace)",
     ]
+    if usage.batch_calls or usage.cached_input_tokens:
+        # batch mode, a prompt cache: what the calls cost as billed, beside the direct price above
+        share = usage.cached_input_tokens / usage.input_tokens if usage.input_tokens else 0.0
+        lines.insert(
+            5,
+            f"judge cost as billed: est. ${result.billed_cost:.4f} (${result.cost:.4f} at the direct price): "
+            f"{usage.batch_calls} of {usage.calls} calls in batches, at the batch price; "
+            f"{usage.cached_input_tokens} of {usage.input_tokens} input tokens cached ({share:.0%}), "
+            "at the cached price",
+        )
     if timing:
         lines.append(f"time {result.elapsed:.1f}s")
     if result.worklist is not None:
@@ -210,9 +259,19 @@ def summary_record(result: RunResult) -> dict[str, object]:
         "input_tokens": result.usage.input_tokens,
         "output_tokens": result.usage.output_tokens,
         "cost_usd": round(result.cost, 6),
+        "cost_usd_billed": round(result.billed_cost, 6),
+        "cached_input_tokens": result.usage.cached_input_tokens,
+        "batch_calls": result.usage.batch_calls,
+        "batch_input_tokens": result.usage.batch_input_tokens,
+        "batch_cached_input_tokens": result.usage.batch_cached_input_tokens,
+        "batch_output_tokens": result.usage.batch_output_tokens,
         "search_calls": result.search_calls,
         "backend_requests": result.requests,
         "elapsed_seconds": round(result.elapsed, 3),
+        # the releases worse than the one before them (the report's Releases section), for an alert
+        "releases_flagged": result.releases.watch.flagged if result.releases else [],
+        # the judge's last `triage calibrate --write` layer kappa; None: unmeasured (or undefined)
+        "judge_layer_kappa": result.judge_measure.kappa if result.judge_measure else None,
     }
 
 
@@ -249,6 +308,7 @@ def write_issue_drafts(result: RunResult, folder: Path, min_size: int = DEFAULT_
             result=result,
             sigs=sigs,
             nights=NIGHTS + 1,
+            measured=measured(result.judge_measure, result.judge),
         )
         path = folder / f"owner-{_slug(owner)}.md"
         path.write_text(text, encoding="utf-8")
@@ -263,12 +323,33 @@ def write_issue_drafts(result: RunResult, folder: Path, min_size: int = DEFAULT_
             continue
         owners = list(dict.fromkeys(owner for entry in entries for owner in entry.owners))
         text = templates.get_template("issue_signature.md.j2").render(
-            sig=sig, members=entries, sigs=sigs, owners=owners, nights=NIGHTS + 1
-        )
+            sig=sig, members=entries, sigs=sigs, owners=owners, nights=NIGHTS + 1,
+            measured=measured(result.judge_measure, result.judge),
+        )  # fmt: skip
         path = folder / f"signature-{_slug(sig.id)}.md"
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
+
+
+# -- the release watch (`triage releases`) -----------------------------------------------------
+
+
+def render_releases(window: ReleaseWindow) -> str:
+    """`triage releases`' Markdown: the window's releases, each comparison's tests, the gate."""
+    text = templates.get_template("release_watch.md.j2").render(w=window)
+    return re.sub(r"\n{3,}", "\n\n", text)  # one blank line between blocks, however the parts end
+
+
+def releases_json(window: ReleaseWindow) -> str:
+    return window.model_dump_json(indent=2) + "\n"
+
+
+#: `--format` of `triage releases`: name -> renderer, the first the default
+RELEASES_FORMATS: Mapping[str, Callable[[ReleaseWindow], str]] = {
+    "markdown": render_releases,
+    "json": releases_json,
+}
 
 
 # -- where a run's outputs go ------------------------------------------------------------------
@@ -333,3 +414,70 @@ CALIBRATION_FORMATS: Mapping[str, Callable[[CalibrationReport], str]] = {
     "json": calibration_json,
 }
 EVAL_FORMATS: Mapping[str, Callable[[EvalReport], str]] = {"markdown": render_eval, "json": eval_json}
+
+
+# -- triage check --------------------------------------------------------------------------------
+
+#: the report's section titles, in its order
+CHECK_TITLES: dict[Status, str] = {
+    "newly_failing": "Newly failing",
+    "still_failing": "Still failing",
+    "fixed": "Fixed",
+    "undecided": "Undecided",
+    "error": "Agent errors",
+    "still_passing": "Still passing",
+}
+NO_OWNER = "(no owner)"
+
+
+def check_groups(cases: list[CaseReport]) -> dict[Status, dict[str, list[tuple[str | None, list[CaseReport]]]]]:
+    """status -> owner -> (signature, cases): owners sorted, signatures in the order of their first
+    case (cases in item order); a case with several owners is listed under each."""
+    groups: dict[Status, dict[str, dict[str | None, list[CaseReport]]]] = {s: defaultdict(dict) for s in STATUSES}
+    for case in sorted(cases, key=lambda c: c.result.case.item_id):
+        for owner in case.result.case.owners or [NO_OWNER]:
+            groups[case.status][owner].setdefault(case.result.case.signature, []).append(case)
+    return {
+        status: {owner: list(by_owner[owner].items()) for owner in sorted(by_owner)}
+        for status, by_owner in groups.items()
+    }
+
+
+def render_check(result: CheckResult) -> str:
+    """`triage check`'s Markdown report; every question, answer, evidence and reason escaped as
+    untrusted text. The same result gives the same bytes."""
+    owners = sorted({owner for case in result.cases for owner in case.result.case.owners or [NO_OWNER]})
+    totals = {owner: dict.fromkeys(CHECK_TITLES, 0) for owner in owners}
+    for case in result.cases:
+        for owner in case.result.case.owners or [NO_OWNER]:
+            totals[owner][case.status] += 1
+    return templates.get_template("check.md.j2").render(
+        result=result,
+        rate=result.pass_rate,
+        regressed=len(result.regressed),
+        statuses=list(CHECK_TITLES),
+        titles=CHECK_TITLES,
+        counts={status: result.count(status) for status in CHECK_TITLES},
+        totals=totals,
+        groups=check_groups(result.cases),
+        passing=sorted(
+            (c for c in result.cases if c.status == "still_passing"), key=lambda c: c.result.case.item_id
+        ),
+    )
+
+
+def check_record(result: CheckResult) -> dict[str, object]:
+    """`triage check --output`: the result as JSON, with the figures the report states."""
+    data = result.model_dump(mode="json")
+    data.update(
+        exit_code=int(result.exit_code),
+        passed=result.passed,
+        pass_rate=result.pass_rate,
+        regressed=[c.result.case.item_id for c in result.regressed],
+        counts={status: result.count(status) for status in STATUSES},
+    )
+    return data
+
+
+def check_json(result: CheckResult) -> str:
+    return json.dumps(check_record(result), indent=2, ensure_ascii=False) + "\n"

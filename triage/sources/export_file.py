@@ -22,8 +22,11 @@ from triage.errors import InputError
 
 OBS_FIELDS = (
     "id traceId type name parentObservationId startTime endTime input output metadata sessionId userId "
-    "environment level statusMessage updatedAt"
+    "environment level statusMessage updatedAt release version"
 ).split()
+#: the trace's release and version (Langfuse trace fields, on each of its rows as v2 observations
+#: carry them): text or null, as the store keeps them
+TRACE_TEXT = ("release", "version")
 SCORE_FIELDS = (
     "id name value stringValue dataType traceId sessionId observationId comment metadata userId timestamp "
     "source environment createdAt updatedAt"
@@ -35,7 +38,7 @@ SCORE_TEXT = (
 
 
 def parse_stamp(value: Any, where: str) -> datetime:
-    """A time of the file (ISO-8601, `domain.scores.parse_time`: naive means UTC); `InputError`
+    """A time of the file (ISO-8601, `domain.kernel.parse_time`: naive means UTC); `InputError`
     naming `where` when it is none."""
     if isinstance(value, datetime):
         return value
@@ -159,6 +162,10 @@ def observation_row(obs: Any, trace_id: Any, where: str, shift: timedelta) -> di
         )
     for key in ("input", "output"):
         data[key] = _as_raw(data.get(key))
+    for key in TRACE_TEXT:
+        if data.get(key) is not None and not isinstance(data[key], str):
+            what = f"observation {data.get('id')!r}"
+            raise InputError(f"{where}: {what}: {key} must be text or null, not {quoted(data[key])}")
     try:
         parsed = Observation.model_validate(data)
     except ValidationError as ex:

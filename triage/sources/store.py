@@ -2,6 +2,14 @@
 
 Used when no Langfuse credentials are set: `triage import` loads an export into it and
 `triage feedback` reads votes and traces from it and writes scores to it, as it would to Langfuse.
+A trace's release and version (Langfuse trace fields) are kept on its rows, as v2 observations
+carry them; `triage releases` counts them with a GROUP BY.
+
+The embedded store's datasets (`triage promote`'s `DatasetSink`), kept as Langfuse keeps
+them: an item's id is unique in the project and cannot move to another dataset. And their runs
+(`triage check`'s `DatasetRuns`): `dataset_runs`, one row per (dataset, run name), and
+`dataset_run_items`, one row per (run, dataset item) with the case's result as JSON; the ids are
+derived from the names, so a rerun under the same run name adds no item twice.
 """
 
 from __future__ import annotations
@@ -10,19 +18,21 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from triage.domain.conversations import TraceRef
+from triage.domain.checks import CheckRun, RunItemResult, run_id, run_item_id
 from triage.domain.kernel import iso_ms as iso
+from triage.domain.kernel import parse_time
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, StoredScore, UnreadableTrace, Vote, WriteOutcome
+from triage.domain.releases import ReleaseAnswers, ReleaseCounts, TracePlace
 from triage.domain.scores import PersonMeta, ScoreBody, score_id
-from triage.domain.votes import BadVote, WindowVotes, in_window, read_vote, stored_time
+from triage.domain.votes import BadVote, TraceRef, WindowVotes, in_window, read_vote, stored_time
+from triage.domain.worklist import DatasetItem, DatasetWriteOutcome
 from triage.errors import ConfigError
-from triage.sources.datasets import DatasetTables
 from triage.sources.export_file import (
     OBS_FIELDS,
     SCORE_FIELDS,
@@ -32,11 +42,170 @@ from triage.sources.export_file import (
     read_export,
 )
 
+
+class DatasetTables:
+    """The `datasets` and `dataset_items` tables of a `Store` (which provides the connection)."""
+
+    _db: sqlite3.Connection
+    _lock: threading.Lock
+
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def ensure_dataset(self, name: str, description: str, metadata: dict[str, Any]) -> bool:
+        with self._tx() as db:
+            cursor = db.execute(
+                "INSERT INTO datasets (name, description, metadata, createdAt) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                (name, description, json.dumps(metadata), iso(datetime.now(UTC))),
+            )
+            return cursor.rowcount == 1
+
+    def dataset_items(self, name: str) -> dict[str, DatasetItem]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM dataset_items WHERE datasetName = ? ORDER BY id", (name,)
+            ).fetchall()
+        return {
+            row["id"]: DatasetItem(
+                id=row["id"],
+                dataset_name=row["datasetName"],
+                input=json.loads(row["input"]) if row["input"] is not None else None,
+                expected_output=json.loads(row["expectedOutput"]) if row["expectedOutput"] is not None else None,
+                metadata=json.loads(row["metadata"]) if row["metadata"] else {},
+                source_trace_id=row["sourceTraceId"],
+                source_observation_id=row["sourceObservationId"],
+                status=row["status"],
+            )
+            for row in rows
+        }
+
+    def upsert_dataset_items(self, items: Sequence[DatasetItem]) -> DatasetWriteOutcome:
+        outcome = DatasetWriteOutcome()
+        now = iso(datetime.now(UTC))
+        with self._tx() as db:
+            for item in items:
+                held = db.execute("SELECT datasetName FROM dataset_items WHERE id = ?", (item.id,)).fetchone()
+                if held is not None and held["datasetName"] != item.dataset_name:
+                    # as Langfuse: an id is unique in the project and cannot move to another dataset
+                    outcome.failed[item.id] = (
+                        f"the dataset item with id {item.id} already exists in a dataset other than {item.dataset_name}"
+                    )
+                    continue
+                if db.execute("SELECT 1 FROM datasets WHERE name = ?", (item.dataset_name,)).fetchone() is None:
+                    outcome.failed[item.id] = f"dataset {item.dataset_name} not found"
+                    continue
+                db.execute(
+                    "INSERT INTO dataset_items (id, datasetName, input, expectedOutput, metadata, sourceTraceId, "
+                    "sourceObservationId, createdAt, updatedAt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET input = excluded.input, expectedOutput = excluded.expectedOutput, "
+                    "metadata = excluded.metadata, sourceTraceId = excluded.sourceTraceId, "
+                    "sourceObservationId = excluded.sourceObservationId, updatedAt = excluded.updatedAt",
+                    (
+                        item.id,
+                        item.dataset_name,
+                        json.dumps(item.input, ensure_ascii=False),
+                        json.dumps(item.expected_output, ensure_ascii=False),
+                        json.dumps(item.metadata, ensure_ascii=False),
+                        item.source_trace_id,
+                        item.source_observation_id,
+                        now,
+                        now,
+                    ),
+                )
+                outcome.written.append(item.id)
+        return outcome
+
+
+class DatasetRunTables:
+    """The `dataset_runs` and `dataset_run_items` tables of a `Store` (`triage check`)."""
+
+    _db: sqlite3.Connection
+    _lock: threading.Lock
+
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def dataset_runs(self, dataset: str) -> list[CheckRun]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM dataset_runs WHERE datasetName = ? ORDER BY createdAt DESC, name DESC", (dataset,)
+            ).fetchall()
+        runs = []
+        for row in rows:
+            try:
+                metadata = json.loads(row["metadata"]) if row["metadata"] else {}
+                created = parse_time(row["createdAt"])
+            except (TypeError, ValueError, RecursionError):
+                continue  # a row another tool left: not a run triage can compare with
+            runs.append(
+                CheckRun(
+                    dataset=dataset,
+                    name=row["name"],
+                    created_at=created,
+                    description=row["description"],
+                    metadata=metadata if isinstance(metadata, dict) else {},
+                    id=row["id"],
+                )
+            )
+        return runs
+
+    def dataset_run_results(self, run: CheckRun) -> dict[str, RunItemResult]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM dataset_run_items WHERE runId = ? ORDER BY datasetItemId",
+                (run_id(run.dataset, run.name),),
+            ).fetchall()
+        found = {}
+        for row in rows:
+            try:
+                stored = json.loads(row["result"]) if row["result"] else None
+            except (ValueError, RecursionError):
+                stored = None
+            found[row["datasetItemId"]] = RunItemResult.read(row["datasetItemId"], row["traceId"], stored)
+        return found
+
+    def write_dataset_run(self, run: CheckRun, results: Sequence[RunItemResult]) -> DatasetWriteOutcome:
+        outcome = DatasetWriteOutcome()
+        now = iso(datetime.now(UTC))
+        rid = run_id(run.dataset, run.name)
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM datasets WHERE name = ?", (run.dataset,)).fetchone() is None:
+                outcome.failed.update({r.item_id: f"dataset {run.dataset} not found" for r in results})
+                return outcome
+            db.execute(
+                "INSERT INTO dataset_runs (id, datasetName, name, description, metadata, createdAt, updatedAt) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET updatedAt = excluded.updatedAt",
+                (rid, run.dataset, run.name, run.description, json.dumps(run.metadata), iso(run.created_at), now),
+            )
+            for result in results:
+                held = db.execute("SELECT datasetName FROM dataset_items WHERE id = ?", (result.item_id,)).fetchone()
+                if held is None or held["datasetName"] != run.dataset:
+                    outcome.failed[result.item_id] = f"dataset item {result.item_id} not found in {run.dataset}"
+                    continue
+                # one row per (run, case): a case the run holds keeps its first result
+                db.execute(
+                    "INSERT INTO dataset_run_items (id, runId, datasetItemId, traceId, outcome, result, createdAt) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    (
+                        run_item_id(run.dataset, run.name, result.item_id),
+                        rid,
+                        result.item_id,
+                        result.trace_id,
+                        result.outcome,
+                        json.dumps(result.stored(), ensure_ascii=False),
+                        now,
+                    ),
+                )
+                outcome.written.append(result.item_id)
+        return outcome
+
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS observations (
     id TEXT PRIMARY KEY, traceId TEXT NOT NULL, type TEXT, name TEXT, parentObservationId TEXT,
     startTime TEXT NOT NULL, endTime TEXT, input TEXT, output TEXT, metadata TEXT, sessionId TEXT,
-    userId TEXT, environment TEXT, level TEXT, statusMessage TEXT, updatedAt TEXT
+    userId TEXT, environment TEXT, level TEXT, statusMessage TEXT, updatedAt TEXT, release TEXT, version TEXT
 );
 CREATE INDEX IF NOT EXISTS observations_trace ON observations (traceId);
 CREATE INDEX IF NOT EXISTS observations_session ON observations (sessionId);
@@ -57,7 +226,25 @@ CREATE TABLE IF NOT EXISTS dataset_items (
     status TEXT NOT NULL DEFAULT 'ACTIVE', createdAt TEXT NOT NULL, updatedAt TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS dataset_items_dataset ON dataset_items (datasetName);
+CREATE TABLE IF NOT EXISTS dataset_runs (
+    id TEXT PRIMARY KEY, datasetName TEXT NOT NULL, name TEXT NOT NULL, description TEXT, metadata TEXT,
+    createdAt TEXT NOT NULL, updatedAt TEXT NOT NULL, UNIQUE (datasetName, name)
+);
+CREATE TABLE IF NOT EXISTS dataset_run_items (
+    id TEXT PRIMARY KEY, runId TEXT NOT NULL REFERENCES dataset_runs (id), datasetItemId TEXT NOT NULL,
+    traceId TEXT NOT NULL, outcome TEXT, result TEXT, createdAt TEXT NOT NULL, UNIQUE (runId, datasetItemId)
+);
 """
+
+#: each trace of a query once, from its root observations: its start, release and version (blank: none)
+_ROOTS = (
+    "SELECT traceId, min(startTime) AS started, max(nullif(trim(release), '')) AS release, "
+    "max(nullif(trim(version), '')) AS version FROM observations WHERE parentObservationId IS NULL"
+)
+#: columns added to `observations` after its first release, added to older store files on opening
+ADDED_OBSERVATION_COLUMNS = ("release", "version")
+#: ids per `IN (...)` of one query (SQLite allows at least 999 variables)
+IDS_PER_QUERY = 900
 
 _UPSERT_SCORE = (
     "INSERT INTO scores (id, name, value, stringValue, dataType, traceId, sessionId, comment, "
@@ -90,7 +277,7 @@ def checkpoint_wal(path: str) -> None:
         db.close()
 
 
-class Store(DatasetTables):
+class Store(DatasetTables, DatasetRunTables):
     """A SQLite file (or `:memory:`): a vote source, trace source and score sink (`Backend`)."""
 
     def __init__(self, path: Path | str, *, create_folder: bool = True, create: bool = True) -> None:
@@ -117,8 +304,17 @@ class Store(DatasetTables):
             self._lock = threading.Lock()
             with self._lock:
                 self._db.executescript(SCHEMA)
+                self._add_columns()
         except sqlite3.Error as ex:
             raise ConfigError(f"{self.path} is not a triage store (SQLite): {ex}") from ex
+
+    def _add_columns(self) -> None:
+        """A store made before a column was added gets it (empty for the rows already there)."""
+        held = {row["name"] for row in self._db.execute("PRAGMA table_info(observations)")}
+        for column in ADDED_OBSERVATION_COLUMNS:
+            if column not in held:
+                self._db.execute(f"ALTER TABLE observations ADD COLUMN {column} TEXT")
+        self._db.commit()
 
     def close(self) -> None:
         self._db.close()
@@ -299,6 +495,60 @@ class Store(DatasetTables):
             )
             for row in rows
         ]
+
+    # -- ReleaseSource (the release watch) --------------------------------------------------------
+
+    def release_answers(self, start: datetime, end: datetime) -> ReleaseAnswers:
+        """One GROUP BY over the window's root observations: answers per release and version, and
+        when each release was first and last seen. A release's version is its most common one."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT release, version, count(*) AS answers, min(started) AS first, max(started) AS last FROM ("
+                f"{_ROOTS} AND startTime >= ? AND startTime < ? GROUP BY traceId"
+                ") GROUP BY release, version ORDER BY release, answers DESC, version",
+                (iso(start), iso(end)),
+            ).fetchall()
+        unreleased = 0
+        found: dict[str, ReleaseCounts] = {}
+        for row in rows:
+            if row["release"] is None:
+                unreleased += row["answers"]
+                continue
+            first, last = parse_stamp(row["first"], "store"), parse_stamp(row["last"], "store")
+            held = found.get(row["release"])
+            if held is None:  # its most common version comes first
+                found[row["release"]] = ReleaseCounts(
+                    release=row["release"], version=row["version"], first_seen=first, last_seen=last,
+                    answers=row["answers"], votes=0, thumbs_down=0,
+                )  # fmt: skip
+                continue
+            found[row["release"]] = held.model_copy(
+                update={
+                    "answers": held.answers + row["answers"],
+                    "first_seen": min(held.first_seen, first),
+                    "last_seen": max(held.last_seen, last),
+                }
+            )
+        return ReleaseAnswers(releases=list(found.values()), unreleased=unreleased, counted_by="the embedded store")
+
+    def trace_places(self, trace_ids: Sequence[str]) -> dict[str, TracePlace]:
+        ids = list(dict.fromkeys(trace_ids))
+        places: dict[str, TracePlace] = {}
+        for i in range(0, len(ids), IDS_PER_QUERY):
+            chunk = ids[i : i + IDS_PER_QUERY]
+            with self._lock:
+                rows = self._db.execute(
+                    f"{_ROOTS} AND traceId IN ({', '.join('?' * len(chunk))}) GROUP BY traceId", chunk
+                ).fetchall()
+            for row in rows:
+                places[row["traceId"]] = TracePlace(
+                    release=row["release"], version=row["version"], start=parse_stamp(row["started"], "store")
+                )
+        return places
+
+    def cast_votes(self, score_name: str, start: datetime, end: datetime) -> WindowVotes:
+        """The embedded store keeps one row per vote: `votes` is already this read."""
+        return self.votes(score_name, start, end)
 
     # -- DatasetSink (`triage promote`): datasets and dataset_items, upserted by id as Langfuse does
 

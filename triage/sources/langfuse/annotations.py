@@ -29,7 +29,7 @@ from triage.domain.review import (
     ScoreConfigSpec,
 )
 from triage.errors import LangfuseError
-from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail
+from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, parsed
 
 log = logging.getLogger("triage.sources.langfuse")
 
@@ -152,13 +152,9 @@ class LangfuseAnnotations:
         """The rows of every page, page 1 first, until `meta.totalPages`."""
         page = 1
         while page <= MAX_PAGES:
-            body = self._get(what, path, {"page": page, "limit": PAGE_LIMIT})
-            try:
-                parsed = model.model_validate(body)
-            except pydantic.ValidationError as ex:
-                raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
-            yield from parsed.data
-            if page >= parsed.meta.total_pages or not parsed.data:
+            rows = parsed(what, model, self._get(what, path, {"page": page, "limit": PAGE_LIMIT}))
+            yield from rows.data
+            if page >= rows.meta.total_pages or not rows.data:
                 return
             page += 1
         raise LangfuseError(f"{what}: more than {MAX_PAGES} pages")
@@ -229,12 +225,7 @@ class LangfuseAnnotations:
             )
 
         answer = self._post_checked(what, "api/public/score-configs", config_body(spec), landed)
-        if isinstance(answer, ScoreConfig):
-            return answer
-        try:
-            return _config(ScoreConfigRow.model_validate(answer))
-        except pydantic.ValidationError as ex:
-            raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
+        return answer if isinstance(answer, ScoreConfig) else _config(parsed(what, ScoreConfigRow, answer))
 
     def _post_checked(self, what: str, path: str, body: dict[str, Any], landed: Callable[[], Any]) -> Any:
         """POST a write Langfuse does not de-duplicate: on a lost answer, `landed()` (a listing)
@@ -272,10 +263,7 @@ class LangfuseAnnotations:
             if not existing:
                 raise LangfuseError(f"{what}: Langfuse says the name exists, but no queue has it") from None
             return existing[0]
-        try:
-            return _queue(QueueRow.model_validate(answer))
-        except pydantic.ValidationError as ex:
-            raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
+        return _queue(parsed(what, QueueRow, answer))
 
     def add_item(self, queue_id: str, object_id: str, object_type: ObjectType = "TRACE") -> QueueItem:
         what = f"adding {object_type.lower()} {object_id} to the annotation queue"
@@ -288,9 +276,4 @@ class LangfuseAnnotations:
             return next((i for i in items if i.object_id == object_id and i.object_type == object_type), None)
 
         answer = self._post_checked(what, path, body, landed)
-        if isinstance(answer, QueueItem):
-            return answer
-        try:
-            return _item(QueueItemRow.model_validate(answer))
-        except pydantic.ValidationError as ex:
-            raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
+        return answer if isinstance(answer, QueueItem) else _item(parsed(what, QueueItemRow, answer))

@@ -3,34 +3,336 @@
 Calls are plain JSON requests on an injected httpx client, in the shapes of the `langfuse` SDK
 5.x's REST client (score POSTs as a list, or one object each for servers that speak the older
 contract; v3 score reads, v2 observation reads, the legacy trace and session reads). The SDK
-itself is not imported: see `http`. The parts: `http` (plumbing, retries), `scores` and `traces` (reads),
-`writes` (both write contracts and the read-back), `links` (UI links), `wire` (shapes, mapping),
-`annotations` (score configs and annotation queues for `triage queue`).
+itself is not imported: see `http`. The parts: `http` (plumbing, retries, UI links), `reads` (scores
+and traces), `writes` (both write contracts and the read-back), `wire` (shapes, mapping),
+`annotations` (score configs and annotation queues for `triage queue`), `metrics` (the release
+watch's reads: answers per release by the metrics API, where traces belong).
+
+Datasets: regression cases as Langfuse dataset items (`triage promote`).
+
+- `GET /api/public/v2/datasets/{name}`, and `POST /api/public/v2/datasets` when it answers 404 (the
+  POST upserts on the name: sent only for a missing dataset, so a maintainer's description stays).
+- `GET /api/public/dataset-items?datasetName=` in pages of 100 (the server's maximum), page numbers
+  from 1: what is there, to write only what is new or changed.
+- `POST /api/public/dataset-items` per item, with its id: an upsert on the id, which is unique in the
+  project (an id held by another dataset is a 404 naming it: that item fails, the others go on). The
+  status is never sent, so an item a maintainer archived stays archived. Writes are synchronous (the
+  answer is the stored item), so no read-back is needed; every write makes a new item version.
+
+Plain HTTP through the shared client and its retries (a retried POST is safe: it upserts by id).
+
+Dataset runs: `triage check`'s results as Langfuse experiment runs (`DatasetRuns`).
+
+- `GET /api/public/datasets/{name}/runs` in pages of 100: the dataset's runs (the previous one is
+  the newest `triage check` made, by its metadata's `created_by`).
+- `GET /api/public/dataset-run-items?datasetId=&runName=` in pages of 100: a run's items, each a
+  dataset item linked to a trace (a 404: no such run yet).
+- Each result is a CATEGORICAL `triage_check` score (the outcome; the checks and their evidence in
+  its metadata) on the run item's trace, written through the one score path (read back), with an id
+  derived from the dataset, the run, the item and the trace, and the run's creation time as its
+  timestamp: written again, it is overwritten, never doubled.
+- Then `POST /api/public/dataset-run-items` (`runName`, `datasetItemId`, `traceId`, the run's
+  metadata and `createdAt`) for each case whose score landed. Langfuse gives every POST a new id
+  (it takes none from the client), so a case the run already holds is never posted again: the
+  run's items are read first. A case whose score did not land is not added either, so a rerun under
+  the same run name does it again.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
-from triage.domain.conversations import TraceRef
-from triage.domain.datasets import DatasetItem, DatasetWriteOutcome
+from triage.domain.checks import CHECK_SCORE, CheckRun, RunItemResult, check_score_id
+from triage.domain.kernel import iso_ms, parse_time
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, StoredScore, UnreadableTrace, WriteOutcome
+from triage.domain.releases import ReleaseAnswers, TracePlace
 from triage.domain.scores import ScoreBody
-from triage.domain.votes import WindowVotes
-from triage.errors import ConfigError
+from triage.domain.votes import TraceRef, WindowVotes
+from triage.domain.worklist import DatasetItem, DatasetWriteOutcome
+from triage.errors import ConfigError, LangfuseError
 from triage.retry import Budget, Clock, RetryPolicy
 from triage.sources.langfuse.annotations import LangfuseAnnotations
-from triage.sources.langfuse.datasets import DatasetWrites
-from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
-from triage.sources.langfuse.links import LINKS_RETRY, TraceLinks
-from triage.sources.langfuse.scores import VOTE_LOOKBACK, ScoreReads
-from triage.sources.langfuse.traces import TraceReads
+from triage.sources.langfuse.http import (
+    LANGFUSE_RETRY,
+    LINKS_RETRY,
+    HttpStatus,
+    LangfuseHttp,
+    TraceLinks,
+    fail,
+)
+from triage.sources.langfuse.metrics import LangfuseReleases
+from triage.sources.langfuse.reads import VOTE_LOOKBACK, ScoreReads, TraceReads
 from triage.sources.langfuse.writes import ScoreWrites
+
+log = logging.getLogger("triage.sources.langfuse")
+
+ITEMS_PAGE = 100  # GET /dataset-items: `limit` above 100 is a 400
+RUNS_PAGE = 100  # GET /datasets/{name}/runs, GET /dataset-run-items: the same pagination
+
+
+def _message(ex: HttpStatus) -> str:
+    body = ex.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return f"HTTP {ex.status}: {body['message'][:300]}"
+    return ex.detail()
+
+
+def wire_item(item: DatasetItem) -> dict[str, Any]:
+    """The `CreateDatasetItemRequest` body of one item (no status: see the module docstring)."""
+    body = item.wire()
+    del body["status"]
+    if item.source_observation_id is None:
+        del body["sourceObservationId"]
+    return body
+
+
+def read_item(raw: Any, dataset_name: str) -> DatasetItem:
+    """One `DatasetItem` of the API. Raises LangfuseError when it is not one."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+        raise LangfuseError("a dataset item does not match the API contract: no id")
+    metadata = raw.get("metadata")
+    status = raw.get("status")
+    return DatasetItem(
+        id=raw["id"],
+        dataset_name=str(raw.get("datasetName") or dataset_name),
+        input=raw.get("input"),
+        expected_output=raw.get("expectedOutput"),
+        # not ours if it is not an object: compared unequal, so triage's item replaces it
+        metadata=metadata if isinstance(metadata, dict) else {},
+        source_trace_id=raw.get("sourceTraceId"),
+        source_observation_id=raw.get("sourceObservationId"),
+        status="ARCHIVED" if status == "ARCHIVED" else "ACTIVE",
+    )
+
+
+class DatasetWrites:
+    def __init__(self, http: LangfuseHttp) -> None:
+        self.http = http
+
+    def ensure_dataset(self, name: str, description: str, metadata: dict[str, Any]) -> bool:
+        path = f"api/public/v2/datasets/{quote(name, safe='')}"
+        what = f"reading dataset {name}"
+        try:
+            self.http.call(what, lambda: self.http.raw("GET", path))
+            return False
+        except HttpStatus as ex:
+            if ex.status != 404:
+                raise fail(what, ex) from None
+        what = f"creating dataset {name}"
+        body = {"name": name, "description": description, "metadata": metadata}
+        try:
+            created = self.http.call(what, lambda: self.http.raw("POST", "api/public/v2/datasets", json_body=body))
+        except HttpStatus as ex:
+            raise fail(what, ex) from None
+        if not isinstance(created, dict) or created.get("name") != name:
+            raise LangfuseError(f"{what}: the answer is not the dataset")
+        log.info("dataset %s created", name, extra={"event": "dataset_created"})
+        return True
+
+    def dataset_items(self, name: str) -> dict[str, DatasetItem]:
+        found: dict[str, DatasetItem] = {}
+        page = 1
+        while True:
+            what = f"reading the items of dataset {name} (page {page})"
+            params = {"datasetName": name, "page": page, "limit": ITEMS_PAGE}
+            try:
+                body = self.http.call(what, partial(self.http.raw, "GET", "api/public/dataset-items", params=params))
+            except HttpStatus as ex:
+                if ex.status == 404:
+                    return {}  # "Dataset not found": nothing there yet
+                raise fail(what, ex) from None
+            try:
+                rows, total_pages = body["data"], int(body["meta"]["totalPages"])
+            except (KeyError, TypeError, ValueError) as ex:
+                raise LangfuseError(f"{what}: the answer does not match the API contract: {ex!r}") from ex
+            for raw in rows:
+                item = read_item(raw, name)
+                found[item.id] = item
+            if page >= total_pages or not rows:
+                return found
+            page += 1
+
+    def upsert_dataset_items(self, items: Sequence[DatasetItem]) -> DatasetWriteOutcome:
+        outcome = DatasetWriteOutcome()
+        for item in items:
+            what = f"writing dataset item {item.id}"
+            post = partial(self.http.raw, "POST", "api/public/dataset-items", json_body=wire_item(item))
+            try:
+                stored = self.http.call(what, post)
+            except HttpStatus as ex:
+                # 404: the dataset is gone, or the id is held by another dataset; 400: refused
+                outcome.failed[item.id] = _message(ex)
+                continue
+            except LangfuseError as ex:
+                outcome.failed[item.id] = str(ex)
+                continue
+            if not isinstance(stored, dict) or stored.get("id") != item.id:
+                outcome.failed[item.id] = "the answer is not the item written"
+                continue
+            outcome.written.append(item.id)
+        return outcome
+
+
+def check_score(run: CheckRun, result: RunItemResult) -> ScoreBody:
+    """The `triage_check` score of one result, on its run item's trace."""
+    comment = "; ".join(
+        f"{c.name}: {'pass' if c.passed else 'fail' if c.passed is False else 'undecided'}" for c in result.checks
+    )
+    return ScoreBody(
+        id=check_score_id(run.dataset, run.name, result.item_id, result.trace_id),
+        name=CHECK_SCORE,
+        value=result.outcome or "undecided",
+        data_type="CATEGORICAL",
+        timestamp=run.created_at,
+        trace_id=result.trace_id,
+        comment=f"{result.outcome}: {comment}"[:500] if comment else result.outcome,
+        metadata={"dataset": run.dataset, "run": run.name, "item_id": result.item_id, **result.stored()},
+    )
+
+
+def read_run(raw: Any, dataset: str) -> CheckRun | None:
+    """One `DatasetRun` of the API; None when it is not one (listed runs are read leniently)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        return None
+    try:
+        created = parse_time(str(raw.get("createdAt")))
+    except ValueError:
+        return None
+    metadata = raw.get("metadata")
+    description = raw.get("description")
+    return CheckRun(
+        dataset=dataset,
+        name=raw["name"],
+        created_at=created,
+        description=description if isinstance(description, str) else None,
+        metadata=metadata if isinstance(metadata, dict) else {},
+        id=raw.get("id") if isinstance(raw.get("id"), str) else None,
+        dataset_id=raw.get("datasetId") if isinstance(raw.get("datasetId"), str) else None,
+    )
+
+
+class DatasetRunWrites:
+    def __init__(self, http: LangfuseHttp, scores: ScoreReads, writes: ScoreWrites) -> None:
+        self.http = http
+        self.scores = scores
+        self.writes = writes
+
+    def _pages(self, what: str, path: str, params: dict[str, Any]) -> list[Any] | None:
+        """Every row of a page-numbered listing; None on a 404 (no such dataset or run)."""
+        rows: list[Any] = []
+        page = 1
+        while True:
+            where = f"{what} (page {page})"
+            query = {**params, "page": page, "limit": RUNS_PAGE}
+            try:
+                body = self.http.call(where, partial(self.http.raw, "GET", path, params=query))
+            except HttpStatus as ex:
+                if ex.status == 404:
+                    return None
+                raise fail(where, ex) from None
+            try:
+                data, total_pages = body["data"], int(body["meta"]["totalPages"])
+                if not isinstance(data, list):
+                    raise TypeError("data is not a list")
+            except (KeyError, TypeError, ValueError) as ex:
+                raise LangfuseError(f"{where}: the answer does not match the API contract: {ex!r}") from ex
+            rows += data
+            if page >= total_pages or not data:
+                return rows
+            page += 1
+
+    def dataset_runs(self, dataset: str) -> list[CheckRun]:
+        path = f"api/public/datasets/{quote(dataset, safe='')}/runs"
+        rows = self._pages(f"reading the runs of dataset {dataset}", path, {}) or []
+        runs = [run for raw in rows if (run := read_run(raw, dataset)) is not None]
+        return sorted(runs, key=lambda r: (r.created_at, r.name), reverse=True)
+
+    def _dataset_id(self, dataset: str) -> str | None:
+        what = f"reading dataset {dataset}"
+        try:
+            path = f"api/public/v2/datasets/{quote(dataset, safe='')}"
+            body = self.http.call(what, partial(self.http.raw, "GET", path))
+        except HttpStatus as ex:
+            if ex.status == 404:
+                return None
+            raise fail(what, ex) from None
+        found = body.get("id") if isinstance(body, dict) else None
+        return found if isinstance(found, str) else None
+
+    def _run_items(self, run: CheckRun) -> dict[str, str]:
+        """The run's items: dataset item id -> trace id (the newest, should a run hold two)."""
+        dataset_id = run.dataset_id or self._dataset_id(run.dataset)
+        if dataset_id is None:
+            return {}
+        params = {"datasetId": dataset_id, "runName": run.name}
+        rows = self._pages(f"reading the items of run {run.name}", "api/public/dataset-run-items", params) or []
+        found: dict[str, tuple[str, str]] = {}
+        for raw in rows:
+            if not isinstance(raw, dict) or not isinstance(raw.get("datasetItemId"), str):
+                raise LangfuseError(f"reading the items of run {run.name}: a run item has no datasetItemId")
+            trace, stamp = raw.get("traceId"), str(raw.get("createdAt") or "")
+            if not isinstance(trace, str):
+                continue
+            held = found.get(raw["datasetItemId"])
+            if held is None or stamp > held[1]:
+                found[raw["datasetItemId"]] = (trace, stamp)
+        return {item: trace for item, (trace, _) in found.items()}
+
+    def dataset_run_results(self, run: CheckRun) -> dict[str, RunItemResult]:
+        items = self._run_items(run)
+        ids = {check_score_id(run.dataset, run.name, item, trace): item for item, trace in items.items()}
+        rows = self.scores.by_id(list(ids), f"reading the results of run {run.name}", fields="details") if ids else {}
+        results = {}
+        for item, trace in items.items():
+            row = rows.get(check_score_id(run.dataset, run.name, item, trace))
+            results[item] = RunItemResult.read(item, trace, row.metadata if row is not None else None)
+        return results
+
+    def write_dataset_run(self, run: CheckRun, results: Sequence[RunItemResult]) -> DatasetWriteOutcome:
+        outcome = DatasetWriteOutcome()
+        held = self._run_items(run)
+        new = [r for r in results if r.item_id not in held]
+        outcome.written += [r.item_id for r in results if r.item_id in held]
+        scores = {r.item_id: check_score(run, r) for r in new}
+        landed = self.writes.write(list(scores.values()))
+        confirmed = set(landed.confirmed)
+        for result in new:
+            score = scores[result.item_id]
+            if score.id not in confirmed:
+                reason = landed.failed.get(score.id, "not confirmed")
+                outcome.failed[result.item_id] = f"its {CHECK_SCORE} score was not written: {reason}"
+                continue
+            body = {
+                "runName": run.name,
+                "runDescription": run.description,
+                "metadata": run.metadata,
+                "datasetItemId": result.item_id,
+                "traceId": result.trace_id,
+                "createdAt": iso_ms(run.created_at),
+            }
+            what = f"adding item {result.item_id} to run {run.name}"
+            try:
+                post = partial(self.http.raw, "POST", "api/public/dataset-run-items", json_body=body)
+                stored = self.http.call(what, post)
+            except HttpStatus as ex:
+                outcome.failed[result.item_id] = _message(ex)  # 404: the item is archived or gone
+                continue
+            except LangfuseError as ex:
+                outcome.failed[result.item_id] = str(ex)
+                continue
+            if not isinstance(stored, dict) or stored.get("datasetItemId") != result.item_id:
+                outcome.failed[result.item_id] = "the answer is not the run item written"
+                continue
+            outcome.written.append(result.item_id)
+        return outcome
 
 
 class LangfuseBackend:
@@ -86,6 +388,8 @@ class LangfuseBackend:
         )
         self._links = TraceLinks(self.base_url)
         self._datasets = DatasetWrites(self._http)
+        self._releases = LangfuseReleases(self._http)
+        self._runs = DatasetRunWrites(self._http, self._scores, self._writes)
         self._links_retry = LINKS_RETRY.with_(clock=clock, budget=budget)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -144,6 +448,17 @@ class LangfuseBackend:
     def scores(self, names: Sequence[str], start: datetime, end: datetime) -> list[StoredScore]:
         return self._scores.scores(names, start, end)
 
+    # -- ReleaseSource (`triage releases`, the report's Releases section) -------------------------
+
+    def release_answers(self, start: datetime, end: datetime) -> ReleaseAnswers:
+        return self._releases.release_answers(start, end)
+
+    def trace_places(self, trace_ids: Sequence[str]) -> dict[str, TracePlace]:
+        return self._releases.trace_places(trace_ids)
+
+    def cast_votes(self, score_name: str, start: datetime, end: datetime) -> WindowVotes:
+        return self._releases.cast_votes(score_name, start, end)
+
     # -- DatasetSink (`triage promote`) ----------------------------------------------------------
 
     def ensure_dataset(self, name: str, description: str, metadata: dict[str, Any]) -> bool:
@@ -154,3 +469,14 @@ class LangfuseBackend:
 
     def upsert_dataset_items(self, items: Sequence[DatasetItem]) -> DatasetWriteOutcome:
         return self._datasets.upsert_dataset_items(items)
+
+    # -- DatasetRuns (`triage check`) -------------------------------------------------------------
+
+    def dataset_runs(self, dataset: str) -> list[CheckRun]:
+        return self._runs.dataset_runs(dataset)
+
+    def dataset_run_results(self, run: CheckRun) -> dict[str, RunItemResult]:
+        return self._runs.dataset_run_results(run)
+
+    def write_dataset_run(self, run: CheckRun, results: Sequence[RunItemResult]) -> DatasetWriteOutcome:
+        return self._runs.write_dataset_run(run, results)

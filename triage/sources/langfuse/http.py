@@ -10,6 +10,8 @@ Every request is retried here (`triage.retry`), not by the SDK (its retries skip
 and timeouts): 429 waits for `Retry-After`, 5xx, 408, 409, timeouts and dropped connections back
 off exponentially, within the policy's deadline. 401/403 become `ConfigError`; anything else that
 fails becomes `LangfuseError`, or `HttpStatus` for the caller to classify.
+
+Links to traces in the Langfuse UI: the project id is read once, when the source opens.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import pydantic
@@ -26,10 +29,12 @@ from tenacity import RetryCallState
 from triage.domain.ports import SourceStats
 from triage.errors import ConfigError, LangfuseError
 from triage.retry import RetryPolicy
+from triage.sources.langfuse.wire import ProjectsPage
 
 log = logging.getLogger("triage.sources.langfuse")
 
 T = TypeVar("T")
+M = TypeVar("M", bound=pydantic.BaseModel)
 
 #: the default for Langfuse: until a 90 s deadline per call, waits from 0.5 s to 30 s (a Langfuse
 #: that is down at the start of the run ends it within about two minutes)
@@ -71,6 +76,14 @@ def short(ex: BaseException) -> str:
 
 def fail(what: str, ex: HttpStatus) -> LangfuseError:
     return LangfuseError(f"{what} failed: {ex.detail()}")
+
+
+def parsed(what: str, model: type[M], body: Any) -> M:
+    """An answer's `body` as a `model`; LangfuseError when it does not match the API contract."""
+    try:
+        return model.model_validate(body)
+    except pydantic.ValidationError as ex:
+        raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
 
 
 class LangfuseHttp:
@@ -197,3 +210,35 @@ def paged(fetch: Callable[[str | None], Any], what: str) -> Iterator[Any]:
         if cursor in seen:
             raise LangfuseError(f"{what}: the server repeated a page cursor")
         seen.add(cursor)
+
+
+log = logging.getLogger("triage.sources.langfuse")
+
+#: a link is a convenience: a few quick tries, never the whole deadline of a data read
+LINKS_RETRY = RetryPolicy(attempts=3, initial=0.5, maximum=2.0)
+
+
+class TraceLinks:
+    """`url(trace_id)` with no I/O, after `resolve()` has read the project id (or failed to)."""
+
+    def __init__(self, base_url: str, project_id: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.project_id = project_id
+
+    def resolve(self, http: LangfuseHttp, retry: RetryPolicy = LINKS_RETRY) -> None:
+        """Read the project id. Without one there are no links (logged); refused keys raise."""
+        try:
+            projects = http.call(
+                "reading the project",
+                lambda: ProjectsPage.model_validate(http.raw("GET", "api/public/projects")),
+                retry=retry,
+            )
+            self.project_id = projects.data[0].id if projects.data else None
+        except (LangfuseError, HttpStatus) as ex:
+            log.warning("no trace links: the project could not be read (%s)", short(ex))
+            self.project_id = None
+
+    def url(self, trace_id: str) -> str | None:
+        if self.project_id is None:
+            return None
+        return f"{self.base_url}/project/{quote(self.project_id, safe='')}/traces/{quote(trace_id, safe='')}"

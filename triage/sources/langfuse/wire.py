@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 import pydantic
 
-from triage.domain.kernel import as_utc
+from triage.domain.kernel import as_utc, bounded_batches
 from triage.domain.records import Observation, StoredScore, Vote
 from triage.domain.scores import ScoreBody
 from triage.domain.votes import BadVote, read_vote
@@ -225,32 +225,20 @@ def legacy_observation(raw: dict[str, Any], trace: dict[str, Any], trace_id: str
 
 def id_batches(ids: Sequence[str]) -> Iterator[list[str]]:
     """Trace ids in batches of at most TRACES_PER_READ and FILTER_CHARS of filter text."""
-    batch: list[str] = []
-    size = 0
-    for trace_id in ids:
-        cost = len(json.dumps(trace_id)) + 2
-        if batch and (len(batch) >= TRACES_PER_READ or size + cost > FILTER_CHARS):
-            yield batch
-            batch, size = [], 0
-        batch.append(trace_id)
-        size += cost
-    if batch:
-        yield batch
+    return bounded_batches(
+        ids, lambda trace_id: len(json.dumps(trace_id)) + 2, most=TRACES_PER_READ, limit=FILTER_CHARS
+    )
 
 
 def post_chunks(scores: Iterable[ScoreBody]) -> Iterator[list[ScoreBody]]:
     """Scores in chunks whose JSON body stays well under the 1 MiB limit."""
-    chunk: list[ScoreBody] = []
-    size = 2
-    for score in scores:
-        cost = len(json.dumps(score.wire(), default=str).encode()) + 1
-        if chunk and (size + cost > POST_BYTES or len(chunk) >= POST_SCORES):
-            yield chunk
-            chunk, size = [], 2
-        chunk.append(score)
-        size += cost
-    if chunk:
-        yield chunk
+    return bounded_batches(
+        scores,
+        lambda score: len(json.dumps(score.wire(), default=str).encode()) + 1,
+        most=POST_SCORES,
+        limit=POST_BYTES,
+        base=2,
+    )
 
 
 def to_stored(row: ScoreRow) -> StoredScore:

@@ -18,7 +18,7 @@ from triage.domain.scores import ScoreBody
 from triage.errors import LangfuseError
 from triage.retry import Clock, RetryPolicy, current_clock, retry_after
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp
-from triage.sources.langfuse.scores import ScoreReads
+from triage.sources.langfuse.reads import ScoreReads
 from triage.sources.langfuse.wire import BatchAccepted, BatchAnswer, BatchResults, post_chunks
 
 log = logging.getLogger("triage.sources.langfuse")

@@ -1,0 +1,386 @@
+"""Reaching the agent `triage check` checks (`domain.checks.Agent`), the three ways agents are deployed:
+
+- `OpenAIChatAgent`: an OpenAI-compatible chat endpoint (`POST {url}/chat/completions`): the
+  question is the user message (after the configured system message), the reply's first message
+  the answer, the URLs in it the sources;
+- `HttpJsonAgent`: any JSON API: the configured request body, each `{question}` in its strings
+  replaced by the question (in the decoded value, before it is encoded: a question holding quotes,
+  braces or newlines stays one JSON string), POSTed; JSON pointers say where the reply holds the
+  answer, the sources, the trace id and the tool calls;
+- `CommandAgent`: a local command (no shell), the question on standard input or as the argument
+  that reads `{question}`; standard output is the answer (text) or a JSON object read with the
+  same pointers.
+
+Each case gets `timeout` seconds in all; within them a try that fails for a passing reason (a
+transport error, a try's own time-out, 408, 429 with its `Retry-After`, a 5xx, a command that
+exits non-zero) is tried again through `retry.RetryPolicy`. Whatever still fails (and a reply that
+cannot be read: not JSON, no answer where the configuration says) is the case's `AgentRun.error`,
+never an exception: one case's failure is that case's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from triage.domain.checks import AgentRun, ToolUse
+from triage.domain.config import QUESTION, AgentEndpointConfig
+from triage.domain.kernel import one_line
+from triage.retry import RetryPolicy, current_clock
+
+#: the default tries: a passing failure is tried again after 0.5 s, 1 s, ... (at most 10 s)
+AGENT_RETRY = RetryPolicy(attempts=3, initial=0.5, maximum=10.0)
+#: an error message keeps this much of what the agent said
+ERROR_CHARS = 300
+#: a reply larger than this is not read (an agent's answer is text, not a download)
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+
+_URL = re.compile(r"https?://[^\s<>()\[\]{}\"'`|\\^]+")
+_SOURCE_KEYS = ("url", "source_url", "source", "href", "link", "uri")
+
+
+class AgentFailure(Exception):
+    """A try that failed. `retryable`: the same question may get an answer on another try;
+    `headers`: the reply's, where its `Retry-After` says how long to wait."""
+
+    def __init__(self, message: str, *, retryable: bool, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.headers = dict(headers or {})
+
+
+# -- reading a JSON reply ----------------------------------------------------------------------
+
+
+_MISSING = object()
+
+
+def pointer(document: Any, path: str) -> Any:
+    """The value at a JSON pointer (RFC 6901: `/a/0/b`, `~1` for `/`, `~0` for `~`), or `_MISSING`."""
+    if path == "":
+        return document
+    if not path.startswith("/"):
+        return _MISSING
+    node = document
+    for raw in path[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping):
+            if token not in node:
+                return _MISSING
+            node = node[token]
+        elif isinstance(node, list):
+            if not token.isdigit() or int(token) >= len(node):
+                return _MISSING
+            node = node[int(token)]
+        else:
+            return _MISSING
+    return node
+
+
+def urls_in(text: str) -> list[str]:
+    """The URLs written in a text, in order, each once (a trailing `.`, `,` or `:` is the sentence's)."""
+    return list(dict.fromkeys(m.rstrip(".,;:!?*_") for m in _URL.findall(text)))
+
+
+def read_sources(value: Any) -> list[str]:
+    """Sources as replies give them: a URL, a list of URLs, or objects with a `url` (or `source`...)."""
+    items = value if isinstance(value, list) else [value]
+    found: list[str] = []
+    for item in items:
+        if isinstance(item, str) and item.strip():
+            found.append(item.strip())
+        elif isinstance(item, Mapping):
+            url = next(
+                (item[k] for k in _SOURCE_KEYS if isinstance(item.get(k), str) and item[k].strip()), None
+            )
+            if url is not None:
+                found.append(url.strip())
+    return list(dict.fromkeys(found))
+
+
+def read_tool_calls(value: Any, tools: Mapping[str, str]) -> list[ToolUse] | None:
+    """Tool calls as replies give them: objects with a `name` (or `tool`, or OpenAI's `function`),
+    their arguments (an object, or JSON text), and a `collection` (else the configured tool's)."""
+    if not isinstance(value, list):
+        return None
+    calls: list[ToolUse] = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            continue
+        raw_function = item.get("function")
+        function: Mapping[str, Any] = raw_function if isinstance(raw_function, Mapping) else {}
+        name = item.get("name") or item.get("tool") or function.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        args = item.get("args", item.get("arguments", function.get("arguments")))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                args = {"input": args}
+        collection = item.get("collection")
+        calls.append(
+            ToolUse(
+                name=name,
+                collection=collection if isinstance(collection, str) else tools.get(name),
+                args=dict(args) if isinstance(args, Mapping) else {},
+            )
+        )
+    return calls
+
+
+def substitute(template: Any, question: str) -> Any:
+    """The request body: `template` with every `{question}` in its strings (keys too) replaced by
+    the question. The substitution happens in decoded values, so the question is always a JSON
+    string's content, however it is spelled."""
+    if isinstance(template, str):
+        return template.replace(QUESTION, question)
+    if isinstance(template, Mapping):
+        return {substitute(k, question): substitute(v, question) for k, v in template.items()}
+    if isinstance(template, list):
+        return [substitute(v, question) for v in template]
+    return template
+
+
+def read_reply(document: Any, endpoint: AgentEndpointConfig, tools: Mapping[str, str]) -> AgentRun:
+    """An `AgentRun` from a decoded reply, by the endpoint's pointers. Raises `AgentFailure`
+    (not retried) when the reply holds no answer where the configuration says."""
+    answer = pointer(document, endpoint.answer_pointer)
+    if not isinstance(answer, str):
+        shape = "absent" if answer is _MISSING else type(answer).__name__
+        raise AgentFailure(
+            f"the reply has no answer at {endpoint.answer_pointer} ({shape}): {_excerpt(document)}",
+            retryable=False,
+        )
+    sources_value = pointer(document, endpoint.sources_path) if endpoint.sources_path else _MISSING
+    sources = read_sources(sources_value) if sources_value is not _MISSING else urls_in(answer)
+    trace = pointer(document, endpoint.trace_id_path) if endpoint.trace_id_path else _MISSING
+    calls_value = pointer(document, endpoint.tool_calls_path) if endpoint.tool_calls_path else _MISSING
+    return AgentRun(
+        answer=answer,
+        sources=sources,
+        trace_id=str(trace)
+        if isinstance(trace, str | int) and not isinstance(trace, bool) and trace != ""
+        else None,
+        tool_calls=read_tool_calls(calls_value, tools) if calls_value is not _MISSING else None,
+    )
+
+
+def _excerpt(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return one_line(text, ERROR_CHARS)
+
+
+def _decode(body: bytes, what: str) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        text = body.decode("utf-8", "replace")
+        raise AgentFailure(
+            f"{what} is not JSON: {one_line(text, ERROR_CHARS) or '(empty)'}", retryable=False
+        ) from None
+
+
+# -- the three agents --------------------------------------------------------------------------
+
+
+@dataclass
+class _Asking:
+    """What every agent shares: the time a case may take, the tries within it."""
+
+    timeout: float
+    retry: RetryPolicy
+
+    async def run(self, attempt: Any) -> AgentRun:
+        """`attempt()` tried as the policy says, within the case's time; its failures as the run's error."""
+        clock = current_clock()
+        started = clock.monotonic()
+        try:
+            async with asyncio.timeout(self.timeout):
+                retrying = self.retry.async_retrying(
+                    lambda ex: isinstance(ex, AgentFailure) and ex.retryable,
+                    retry_after=lambda ex: ex.headers if isinstance(ex, AgentFailure) else None,
+                )
+                run: AgentRun | None = None
+                async for try_ in retrying:
+                    with try_:
+                        run = await attempt()
+                assert run is not None
+        except TimeoutError:
+            run = AgentRun(error=f"no answer within {self.timeout:g} s")
+        except AgentFailure as ex:
+            run = AgentRun(error=str(ex))
+        return run.model_copy(update={"seconds": round(clock.monotonic() - started, 3)})
+
+
+class _HttpAgent:
+    """The HTTP plumbing of the two HTTP agents: one client, statuses to failures."""
+
+    def __init__(
+        self,
+        endpoint: AgentEndpointConfig,
+        *,
+        tools: Mapping[str, str],
+        timeout: float,
+        retry: RetryPolicy = AGENT_RETRY,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.tools = dict(tools)
+        self._asking = _Asking(timeout, retry)
+        self._own = client is None
+        self._client = client or httpx.AsyncClient(timeout=timeout, headers=endpoint.headers)
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self._client.aclose()
+
+    async def _post(self, url: str, body: Any) -> tuple[Any, httpx.Headers]:
+        try:
+            response = await self._client.post(url, json=body)
+        except httpx.TransportError as ex:  # refused, dropped, a try's own time-out
+            raise AgentFailure(
+                f"{type(ex).__name__}: {one_line(str(ex), ERROR_CHARS)}", retryable=True
+            ) from None
+        if len(response.content) > MAX_REPLY_BYTES:
+            raise AgentFailure(f"the reply is over {MAX_REPLY_BYTES} bytes", retryable=False)
+        if response.status_code >= 400:
+            retryable = response.status_code in (408, 409, 425, 429) or response.status_code >= 500
+            raise AgentFailure(
+                f"HTTP {response.status_code}: {one_line(response.text, ERROR_CHARS)}",
+                retryable=retryable,
+                headers=response.headers,
+            )
+        return _decode(response.content, f"the reply (HTTP {response.status_code})"), response.headers
+
+    def _trace_header(self, run: AgentRun, headers: httpx.Headers) -> AgentRun:
+        name = self.endpoint.trace_id_header
+        if run.trace_id is None and name and headers.get(name):
+            return run.model_copy(update={"trace_id": headers[name].strip()})
+        return run
+
+
+class OpenAIChatAgent(_HttpAgent):
+    """An OpenAI-compatible chat endpoint."""
+
+    @property
+    def name(self) -> str:
+        return f"openai:{self.endpoint.url} ({self.endpoint.model})"
+
+    @property
+    def url(self) -> str:
+        base = (self.endpoint.url or "").rstrip("/")
+        return base if base.endswith("/chat/completions") else f"{base}/chat/completions"
+
+    async def ask(self, question: str) -> AgentRun:
+        messages = []
+        if self.endpoint.system_prompt:
+            messages.append({"role": "system", "content": self.endpoint.system_prompt})
+        messages.append({"role": "user", "content": question})
+        body = {"model": self.endpoint.model, "messages": messages}
+
+        async def attempt() -> AgentRun:
+            reply, headers = await self._post(self.url, body)
+            return self._trace_header(read_reply(reply, self.endpoint, self.tools), headers)
+
+        return await self._asking.run(attempt)
+
+
+class HttpJsonAgent(_HttpAgent):
+    """Any JSON API, described by the configuration."""
+
+    @property
+    def name(self) -> str:
+        return f"http:{self.endpoint.url}"
+
+    async def ask(self, question: str) -> AgentRun:
+        body = substitute(self.endpoint.request, question)
+
+        async def attempt() -> AgentRun:
+            reply, headers = await self._post(self.endpoint.url or "", body)
+            return self._trace_header(read_reply(reply, self.endpoint, self.tools), headers)
+
+        return await self._asking.run(attempt)
+
+
+class CommandAgent:
+    """A local command: one process per try, killed when the case's time is up."""
+
+    def __init__(
+        self,
+        endpoint: AgentEndpointConfig,
+        *,
+        tools: Mapping[str, str],
+        timeout: float,
+        retry: RetryPolicy = AGENT_RETRY,
+    ) -> None:
+        self.endpoint = endpoint
+        self.tools = dict(tools)
+        self._asking = _Asking(timeout, retry)
+
+    @property
+    def name(self) -> str:
+        return f"command:{self.endpoint.command[0] if self.endpoint.command else '?'}"
+
+    async def aclose(self) -> None:
+        return None
+
+    async def ask(self, question: str) -> AgentRun:
+        by_argument = self.endpoint.input == "argument"
+        argv = [a.replace(QUESTION, question) if by_argument else a for a in self.endpoint.command]
+        stdin = None if by_argument else question.encode("utf-8")
+
+        async def attempt() -> AgentRun:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                )
+            except OSError as ex:
+                raise AgentFailure(
+                    f"the command cannot start: {ex.strerror or ex}", retryable=False
+                ) from None
+            try:
+                out, err = await process.communicate(stdin)
+            finally:
+                if process.returncode is None:  # the case's time is up: the process goes with it
+                    process.kill()
+                    await process.wait()
+            if process.returncode != 0:
+                said = one_line(err.decode("utf-8", "replace"), ERROR_CHARS) or "(nothing on stderr)"
+                raise AgentFailure(f"the command exited with {process.returncode}: {said}", retryable=True)
+            if len(out) > MAX_REPLY_BYTES:
+                raise AgentFailure(f"the command wrote over {MAX_REPLY_BYTES} bytes", retryable=False)
+            if self.endpoint.output == "json":
+                return read_reply(_decode(out, "the command's output"), self.endpoint, self.tools)
+            answer = out.decode("utf-8", "replace").strip()
+            if not answer:
+                raise AgentFailure("the command wrote no answer", retryable=False)
+            return AgentRun(answer=answer, sources=urls_in(answer))
+
+        return await self._asking.run(attempt)
+
+
+def make_agent(
+    endpoint: AgentEndpointConfig,
+    *,
+    tools: Mapping[str, str],
+    timeout: float,
+    attempts: int,
+    retry: RetryPolicy = AGENT_RETRY,
+) -> OpenAIChatAgent | HttpJsonAgent | CommandAgent:
+    """The agent an `[agent_endpoint]` describes (checked by the caller: `endpoint.problems()`)."""
+    policy = retry.with_(attempts=attempts)
+    if endpoint.kind == "command":
+        return CommandAgent(endpoint, tools=tools, timeout=timeout, retry=policy)
+    if endpoint.kind == "http":
+        return HttpJsonAgent(endpoint, tools=tools, timeout=timeout, retry=policy)
+    return OpenAIChatAgent(endpoint, tools=tools, timeout=timeout, retry=policy)

@@ -1,1 +1,0 @@
-"""The worklist: signatures, evidence, trends, regression cases, review views."""
