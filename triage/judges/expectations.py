@@ -70,7 +70,7 @@ from triage.errors import ConfigError, JudgeRejected
 from triage.judges import JudgeSetup, prompts
 from triage.judges.grounding import pairs, unsupported_specifics
 from triage.judges.llm_replies import quote_found, strict_schema
-from triage.judges.llm_transport import ChatExchange, StructuredMode
+from triage.judges.llm_transport import ChatExchange, StructuredMode, model_retry
 from triage.judges.offline_text import (
     FENCE,
     absence_cues,
@@ -83,7 +83,7 @@ from triage.judges.offline_text import (
     squash,
     word_set,
 )
-from triage.retry import Budget, Clock, RetryPolicy
+from triage.retry import Budget, Clock
 
 #: how much of a quote, a claim or a URL list an evidence string carries
 EVIDENCE_CHARS = 240
@@ -715,14 +715,7 @@ class LLMCheckJudge:
         self.prompt_version: str | None = prompts.prompt_version(TEMPLATES)
         self.tools: Mapping[str, str] = dict(tools or {})
         self.product = product
-        retry = RetryPolicy(
-            attempts=max_retries + 1,
-            initial=backoff_base,
-            maximum=backoff_max,
-            max_retry_after=backoff_max,
-            clock=clock,
-            budget=budget,
-        )
+        retry = model_retry(max_retries, backoff_base, backoff_max, clock, budget)
         self.exchange = ChatExchange(
             client=client,
             model=model,
@@ -797,20 +790,15 @@ class LLMCheckJudge:
         return out
 
     async def _verified(self, messages: list[dict[str, str]], shown: _Asked, usage: Usage) -> CheckReply:
-        problems: list[str] = []
-        for round_ in (1, 2):
-            raw, reply = await self.exchange.complete("check", messages, CHECK_SCHEMA, CheckReply, usage)
-            problems = check_problems(reply, shown.names, shown.answer)
-            if not problems:
-                return reply
-            if round_ == 1:
-                retry = prompts.render("verification_retry.j2", problems=problems[:10])
-                messages = [
-                    *messages,
-                    {"role": "assistant", "content": raw},
-                    {"role": "user", "content": retry},
-                ]
-        raise JudgeRejected("the check reply failed verification twice: " + "; ".join(problems[:5]))
+        return await self.exchange.verified(
+            "check",
+            messages,
+            CHECK_SCHEMA,
+            CheckReply,
+            lambda reply: check_problems(reply, shown.names, shown.answer),
+            usage,
+            what="the check reply",
+        )
 
     def _render(self, case: CheckCase, run: AgentRun, asked: list[ModelAsked]) -> _Asked:
         nonce = prompts.new_nonce()

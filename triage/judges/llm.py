@@ -19,9 +19,9 @@ Facts the trace proves (whether the agent searched, which collections) come in `
 never asked. The layer is never asked either: `rule.decide` maps the facts.
 
 The parts: `llm_replies` (what the model is shown and may cite, and how its quotes are found;
-reply models and their schemas; verification in code: a reply that fails gets one more try, told
-which checks failed, then `JudgeRejected`; replies to facts), `llm_transport` (requests, retries,
-usage).
+reply models and their schemas; verification in code; replies to facts), `llm_transport` (requests,
+retries, usage, and the verified exchange: a reply that fails the checks gets one more try, told
+which checks failed, then `JudgeRejected`).
 A component picked outside the catalogue fails no check: the pick is discarded with a logged note
 and the layer facts of the reply stand.
 
@@ -63,8 +63,8 @@ from triage.judges.llm_replies import (
     passage_set,
     tool_blocks,
 )
-from triage.judges.llm_transport import RECENT_TRACES, ChatExchange, RecentUsage, StructuredMode
-from triage.retry import Budget, Clock, RetryPolicy
+from triage.judges.llm_transport import RECENT_TRACES, ChatExchange, RecentUsage, StructuredMode, model_retry
+from triage.retry import Budget, Clock
 
 if TYPE_CHECKING:
     from triage.judges.batch_rounds import BatchCollector
@@ -125,14 +125,7 @@ class LLMJudge:
         #: queries of its own the model may have searched where no set shown holds the answer
         self.search_again = search_again
         self.facts = FactMaker(components, partial_is_answer)
-        retry = RetryPolicy(
-            attempts=max_retries + 1,
-            initial=backoff_base,
-            maximum=backoff_max,
-            max_retry_after=backoff_max,
-            clock=clock,
-            budget=budget,
-        )
+        retry = model_retry(max_retries, backoff_base, backoff_max, clock, budget)
         if batch is not None:
             from triage.judges.batching import BatchRunner
 
@@ -376,26 +369,15 @@ class LLMJudge:
             {"role": "system", "content": system},
             {"role": "user", "content": user},
         ]
-        problems: list[str] = []
-        for round_ in (1, 2):
-            # in batch mode the first round is asked through a batch; the retry goes directly (a few
-            # calls are not worth another batch's wait)
-            raw, reply = await self.exchange.complete(
-                call, messages, schema, reply_type, usage, trace_id=trace_id, batchable=round_ == 1
-            )
-            problems = verify(reply)
-            if not problems:
-                return reply
-            if round_ == 1:
-                # one more try, told which checks failed (ids and check names only: no quoted text)
-                retry = prompts.render("verification_retry.j2", problems=problems[:10])
-                messages = [
-                    *messages,
-                    {"role": "assistant", "content": raw},
-                    {"role": "user", "content": retry},
-                ]
-        raise JudgeRejected(
-            f"{call} reply for trace {trace_id} failed verification twice: " + "; ".join(problems[:5])
+        return await self.exchange.verified(
+            call,
+            messages,
+            schema,
+            reply_type,
+            verify,
+            usage,
+            trace_id=trace_id,
+            what=f"{call} reply for trace {trace_id}",
         )
 
 

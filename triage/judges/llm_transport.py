@@ -16,6 +16,9 @@ The run's totals are `ChatExchange.usage`, with the prompt tokens the server had
 last section) keeps each trace's own figure for the most recent traces only, so the judge's memory
 is O(1) in the run.
 
+`ChatExchange.verified` is the exchange both model judges make: a reply checked in code, one more
+try told which checks failed, then `JudgeRejected`; `model_retry` their retry policy.
+
 Batch mode (`batch`, `judges.batch_rounds`): a call's first attempt is asked through a round of the
 Batch API; what the round does not answer, every retry and a downgrade of the format go directly.
 """
@@ -26,7 +29,7 @@ import asyncio
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import openai
@@ -35,7 +38,8 @@ from pydantic import BaseModel, ValidationError
 from triage.domain.kernel import one_line
 from triage.domain.records import Usage
 from triage.errors import ConfigError, JudgeError, JudgeRejected
-from triage.retry import RetryPolicy
+from triage.judges import prompts
+from triage.retry import Budget, Clock, RetryPolicy
 
 if TYPE_CHECKING:
     from triage.judges.batch_rounds import BatchCollector
@@ -76,6 +80,24 @@ def wait_headers(ex: BaseException) -> Mapping[str, str] | None:
         response = getattr(ex.error, "response", None)
         return response.headers if response is not None else None
     return None
+
+
+def model_retry(
+    max_retries: int,
+    backoff_base: float,
+    backoff_max: float,
+    clock: Clock | None,
+    budget: Budget | None,
+) -> RetryPolicy:
+    """The retry policy of a model judge's exchange, from the judge's knobs."""
+    return RetryPolicy(
+        attempts=max_retries + 1,
+        initial=backoff_base,
+        maximum=backoff_max,
+        max_retry_after=backoff_max,
+        clock=clock,
+        budget=budget,
+    )
 
 
 class ChatExchange:
@@ -140,6 +162,40 @@ class ChatExchange:
             what = "refused to judge" if ex.refusal else "kept answering unusable output"
             raise JudgeRejected(f"{call}: model {self.model} {what}: {ex}") from None
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+    async def verified(
+        self,
+        call: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        reply_type: type[T],
+        verify: Callable[[T], list[str]],
+        usage: Usage,
+        *,
+        trace_id: str = "",
+        what: str,
+    ) -> T:
+        """A reply that passes `verify` (the checks in code, a list of problems): a reply that fails
+        gets one more try, told which checks failed, then `JudgeRejected` ("`what` failed
+        verification twice: ..."). In batch mode the first round is asked through a batch; the retry
+        goes directly (a few calls are not worth another batch's wait)."""
+        problems: list[str] = []
+        for round_ in (1, 2):
+            raw, reply = await self.complete(
+                call, messages, schema, reply_type, usage, trace_id=trace_id, batchable=round_ == 1
+            )
+            problems = verify(reply)
+            if not problems:
+                return reply
+            if round_ == 1:
+                # one more try, told which checks failed (ids and check names only: no quoted text)
+                retry = prompts.render("verification_retry.j2", problems=problems[:10])
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": raw},
+                    {"role": "user", "content": retry},
+                ]
+        raise JudgeRejected(f"{what} failed verification twice: " + "; ".join(problems[:5]))
 
     async def _attempt(
         self,

@@ -219,7 +219,23 @@ class _Asking:
         return run.model_copy(update={"seconds": round(clock.monotonic() - started, 3)})
 
 
-class _HttpAgent:
+class _Agent:
+    """What the three agents are made of: the endpoint, the tools' names, the asking."""
+
+    def __init__(
+        self,
+        endpoint: AgentEndpointConfig,
+        *,
+        tools: Mapping[str, str],
+        timeout: float,
+        retry: RetryPolicy = AGENT_RETRY,
+    ) -> None:
+        self.endpoint = endpoint
+        self.tools = dict(tools)
+        self._asking = _Asking(timeout, retry)
+
+
+class _HttpAgent(_Agent):
     """The HTTP plumbing of the two HTTP agents: one client, statuses to failures."""
 
     def __init__(
@@ -231,9 +247,7 @@ class _HttpAgent:
         retry: RetryPolicy = AGENT_RETRY,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.endpoint = endpoint
-        self.tools = dict(tools)
-        self._asking = _Asking(timeout, retry)
+        super().__init__(endpoint, tools=tools, timeout=timeout, retry=retry)
         self._own = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout, headers=endpoint.headers)
 
@@ -259,6 +273,15 @@ class _HttpAgent:
             )
         return _decode(response.content, f"the reply (HTTP {response.status_code})"), response.headers
 
+    async def _ask(self, url: str, body: Any) -> AgentRun:
+        """POST `body` to `url` within the case's time and tries; the reply read as the agent's run."""
+
+        async def attempt() -> AgentRun:
+            reply, headers = await self._post(url, body)
+            return self._trace_header(read_reply(reply, self.endpoint, self.tools), headers)
+
+        return await self._asking.run(attempt)
+
     def _trace_header(self, run: AgentRun, headers: httpx.Headers) -> AgentRun:
         name = self.endpoint.trace_id_header
         if run.trace_id is None and name and headers.get(name):
@@ -283,13 +306,7 @@ class OpenAIChatAgent(_HttpAgent):
         if self.endpoint.system_prompt:
             messages.append({"role": "system", "content": self.endpoint.system_prompt})
         messages.append({"role": "user", "content": question})
-        body = {"model": self.endpoint.model, "messages": messages}
-
-        async def attempt() -> AgentRun:
-            reply, headers = await self._post(self.url, body)
-            return self._trace_header(read_reply(reply, self.endpoint, self.tools), headers)
-
-        return await self._asking.run(attempt)
+        return await self._ask(self.url, {"model": self.endpoint.model, "messages": messages})
 
 
 class HttpJsonAgent(_HttpAgent):
@@ -300,29 +317,11 @@ class HttpJsonAgent(_HttpAgent):
         return f"http:{self.endpoint.url}"
 
     async def ask(self, question: str) -> AgentRun:
-        body = substitute(self.endpoint.request, question)
-
-        async def attempt() -> AgentRun:
-            reply, headers = await self._post(self.endpoint.url or "", body)
-            return self._trace_header(read_reply(reply, self.endpoint, self.tools), headers)
-
-        return await self._asking.run(attempt)
+        return await self._ask(self.endpoint.url or "", substitute(self.endpoint.request, question))
 
 
-class CommandAgent:
+class CommandAgent(_Agent):
     """A local command: one process per try, killed when the case's time is up."""
-
-    def __init__(
-        self,
-        endpoint: AgentEndpointConfig,
-        *,
-        tools: Mapping[str, str],
-        timeout: float,
-        retry: RetryPolicy = AGENT_RETRY,
-    ) -> None:
-        self.endpoint = endpoint
-        self.tools = dict(tools)
-        self._asking = _Asking(timeout, retry)
 
     @property
     def name(self) -> str:

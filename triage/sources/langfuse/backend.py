@@ -85,6 +85,22 @@ def _message(ex: HttpStatus) -> str:
     return ex.detail()
 
 
+def _post_one(
+    http: LangfuseHttp, what: str, path: str, body: dict[str, Any], *, echoed: tuple[str, str], wrong: str
+) -> str | None:
+    """POST one record; None when the answer echoes it (`echoed`: its field and value), else why not."""
+    try:
+        stored = http.call(what, partial(http.raw, "POST", path, json_body=body))
+    except HttpStatus as ex:
+        return _message(ex)
+    except LangfuseError as ex:
+        return str(ex)
+    key, value = echoed
+    if not isinstance(stored, dict) or stored.get(key) != value:
+        return wrong
+    return None
+
+
 def wire_item(item: DatasetItem) -> dict[str, Any]:
     """The `CreateDatasetItemRequest` body of one item (no status: see the module docstring)."""
     body = item.wire()
@@ -163,19 +179,13 @@ class DatasetWrites:
     def upsert_dataset_items(self, items: Sequence[DatasetItem]) -> DatasetWriteOutcome:
         outcome = DatasetWriteOutcome()
         for item in items:
-            what = f"writing dataset item {item.id}"
-            post = partial(self.http.raw, "POST", "api/public/dataset-items", json_body=wire_item(item))
-            try:
-                stored = self.http.call(what, post)
-            except HttpStatus as ex:
-                # 404: the dataset is gone, or the id is held by another dataset; 400: refused
-                outcome.failed[item.id] = _message(ex)
-                continue
-            except LangfuseError as ex:
-                outcome.failed[item.id] = str(ex)
-                continue
-            if not isinstance(stored, dict) or stored.get("id") != item.id:
-                outcome.failed[item.id] = "the answer is not the item written"
+            # 404: the dataset is gone, or the id is held by another dataset; 400: refused
+            failure = _post_one(
+                self.http, f"writing dataset item {item.id}", "api/public/dataset-items", wire_item(item),
+                echoed=("id", item.id), wrong="the answer is not the item written",
+            )  # fmt: skip
+            if failure is not None:
+                outcome.failed[item.id] = failure
                 continue
             outcome.written.append(item.id)
         return outcome
@@ -318,18 +328,13 @@ class DatasetRunWrites:
                 "traceId": result.trace_id,
                 "createdAt": iso_ms(run.created_at),
             }
-            what = f"adding item {result.item_id} to run {run.name}"
-            try:
-                post = partial(self.http.raw, "POST", "api/public/dataset-run-items", json_body=body)
-                stored = self.http.call(what, post)
-            except HttpStatus as ex:
-                outcome.failed[result.item_id] = _message(ex)  # 404: the item is archived or gone
-                continue
-            except LangfuseError as ex:
-                outcome.failed[result.item_id] = str(ex)
-                continue
-            if not isinstance(stored, dict) or stored.get("datasetItemId") != result.item_id:
-                outcome.failed[result.item_id] = "the answer is not the run item written"
+            # 404: the item is archived or gone
+            failure = _post_one(
+                self.http, f"adding item {result.item_id} to run {run.name}", "api/public/dataset-run-items", body,
+                echoed=("datasetItemId", result.item_id), wrong="the answer is not the run item written",
+            )  # fmt: skip
+            if failure is not None:
+                outcome.failed[result.item_id] = failure
                 continue
             outcome.written.append(result.item_id)
         return outcome

@@ -46,7 +46,7 @@ from triage.domain.releases import ReleaseAnswers, ReleaseCounts, TracePlace
 from triage.domain.votes import WindowVotes
 from triage.errors import LangfuseError
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, paged
-from triage.sources.langfuse.reads import ScoreReads
+from triage.sources.langfuse.reads import ScoreReads, legacy_traces
 from triage.sources.langfuse.wire import ObservationsPage, id_batches
 
 log = logging.getLogger("triage.sources.langfuse")
@@ -288,27 +288,12 @@ class LangfuseReleases:
 
     def _legacy_window(self, start: datetime, end: datetime) -> dict[str, TracePlace]:
         places: dict[str, TracePlace] = {}
-        page = 1
-        while True:
-            what = f"paging the window's traces (legacy API, page {page})"
-            params = {
-                "fromTimestamp": iso_z(start), "toTimestamp": iso_z(end), "page": page, "limit": LEGACY_PAGE,
-                "fields": "core",
-            }  # fmt: skip
-            try:
-                body = self.http.call(what, partial(self.http.raw, "GET", "api/public/traces", params=params))
-            except HttpStatus as ex:
-                raise fail(what, ex) from None
-            try:
-                for trace in body["data"]:
-                    stamp = as_utc(parse_time(trace["timestamp"]))
-                    places.setdefault(trace["id"], _place(trace, stamp))
-                total_pages = int(body["meta"]["totalPages"])
-            except (KeyError, TypeError, ValueError, AttributeError) as ex:
-                raise LangfuseError(f"{what}: the answer does not match the API contract: {ex!r}") from ex
-            if page >= total_pages:
-                return places
-            page += 1
+
+        def take(trace: Any, stamp: datetime) -> None:
+            places.setdefault(trace["id"], _place(trace, stamp))
+
+        legacy_traces(self.http, "paging the window's traces", start, end, limit=LEGACY_PAGE, take=take)
+        return places
 
     # -- where traces belong ----------------------------------------------------------------------
 

@@ -450,30 +450,43 @@ class TraceReads:
     def _legacy_traces(self, start: datetime, end: datetime) -> list[TraceRef]:
         """`GET /api/public/traces` (Langfuse v3), page by page: its `timestamp` is the trace's start."""
         refs: dict[str, TraceRef] = {}
-        page = 1
-        while True:
-            what = f"listing traces (legacy API, page {page})"
-            params = {
-                "fromTimestamp": iso_z(start),
-                "toTimestamp": iso_z(end),
-                "page": page,
-                "limit": SESSIONS_PER_READ,
-                "fields": "core",
-            }
-            try:
-                body = self.http.call(what, partial(self.http.raw, "GET", "api/public/traces", params=params))
-            except HttpStatus as ex:
-                raise fail(what, ex) from None
-            try:
-                for trace in body["data"]:
-                    stamp = as_utc(parse_time(trace["timestamp"]))
-                    refs.setdefault(
-                        trace["id"], TraceRef(trace_id=trace["id"], session_id=trace.get("sessionId"), start_time=stamp)
-                    )
-                total_pages = int(body["meta"]["totalPages"])
-            except (KeyError, TypeError, ValueError, AttributeError) as ex:
-                raise LangfuseError(f"{what}: the answer does not match the API contract: {ex!r}") from ex
-            if page >= total_pages:
-                break
-            page += 1
+
+        def take(trace: Any, stamp: datetime) -> None:
+            refs.setdefault(
+                trace["id"], TraceRef(trace_id=trace["id"], session_id=trace.get("sessionId"), start_time=stamp)
+            )
+
+        legacy_traces(self.http, "listing traces", start, end, limit=SESSIONS_PER_READ, take=take)
         return sorted(refs.values(), key=lambda r: (r.start_time or start, r.trace_id))
+
+
+def legacy_traces(
+    http: LangfuseHttp,
+    doing: str,
+    start: datetime,
+    end: datetime,
+    *,
+    limit: int,
+    take: Callable[[Any, datetime], None],
+) -> None:
+    """Page `GET /api/public/traces` (Langfuse v3) over a window, handing `take` each trace and its
+    start (`timestamp`); an answer `take` cannot read is off the API contract."""
+    page = 1
+    while True:
+        what = f"{doing} (legacy API, page {page})"
+        params = {
+            "fromTimestamp": iso_z(start), "toTimestamp": iso_z(end), "page": page, "limit": limit, "fields": "core",
+        }  # fmt: skip
+        try:
+            body = http.call(what, partial(http.raw, "GET", "api/public/traces", params=params))
+        except HttpStatus as ex:
+            raise fail(what, ex) from None
+        try:
+            for trace in body["data"]:
+                take(trace, as_utc(parse_time(trace["timestamp"])))
+            total_pages = int(body["meta"]["totalPages"])
+        except (KeyError, TypeError, ValueError, AttributeError) as ex:
+            raise LangfuseError(f"{what}: the answer does not match the API contract: {ex!r}") from ex
+        if page >= total_pages:
+            return
+        page += 1
