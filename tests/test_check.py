@@ -50,7 +50,7 @@ from triage.domain.worklist import DatasetItem
 from triage.errors import ExitCode, JudgeError
 from triage.settings import load_config
 from triage.sinks.report import render_check
-from triage.sources.agents import pointer, read_reply, read_sources, substitute, urls_in
+from triage.sources.agents import pointer, read_reply, read_sources, shown_url, substitute, urls_in
 from triage.sources.store import Store
 
 DATASET = "triage-regressions"
@@ -764,3 +764,11 @@ def test_langfuse_never_posts_a_case_the_run_holds(quick: VirtualClock) -> None:
     assert len(server.run_items_of(DATASET, "r")) == 1
     assert [r.name for r in runs] == ["r"] and runs[0].by_check and runs[0].created_at == NOW
     assert read["c-1"].outcome == "pass" and read["c-1"].trace_id == "t-c-1"
+
+
+def test_an_agents_address_is_shown_without_what_may_carry_a_key() -> None:
+    # the report and the logs name the agent: a key in the userinfo, the query or the fragment stays out
+    shown = shown_url("https://bot:s3cret@agent.example:8443/v1/chat?api_key=k3y#frag")
+    assert shown == "https://agent.example:8443/v1/chat"
+    assert "s3cret" not in shown and "k3y" not in shown
+    assert shown_url(None) == "?" and shown_url("no scheme") == "?"

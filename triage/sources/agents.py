@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -289,12 +290,23 @@ class _HttpAgent(_Agent):
         return run
 
 
+def shown_url(url: str | None) -> str:
+    """An agent's address as the report and the logs show it: no user, password, query or
+    fragment, which may carry a key (`https://key@host/...`, `...?api_key=...`)."""
+    if not url:
+        return "?"
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else "?"
+
+
 class OpenAIChatAgent(_HttpAgent):
     """An OpenAI-compatible chat endpoint."""
 
     @property
     def name(self) -> str:
-        return f"openai:{self.endpoint.url} ({self.endpoint.model})"
+        return f"openai:{shown_url(self.endpoint.url)} ({self.endpoint.model})"
 
     @property
     def url(self) -> str:
@@ -314,7 +326,7 @@ class HttpJsonAgent(_HttpAgent):
 
     @property
     def name(self) -> str:
-        return f"http:{self.endpoint.url}"
+        return f"http:{shown_url(self.endpoint.url)}"
 
     async def ask(self, question: str) -> AgentRun:
         return await self._ask(self.endpoint.url or "", substitute(self.endpoint.request, question))
