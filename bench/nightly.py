@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -341,7 +342,16 @@ def run_triage(
         PROFILE.mkdir(parents=True, exist_ok=True)
         spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw", "--rate", "200"]
         cmd = [*spy, "--output", str(PROFILE / f"{log_name}.txt"), "--", *cmd]
+        # the search server's stacks over the same run: it shares the two cores with triage
+        server_spy = subprocess.Popen(
+            [*spy, "--output", str(PROFILE / f"{log_name}.search-server.txt"), "--pid", str(mcp.proc.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     proc = run_process(cmd, env, timeout, own_peak=PROFILE is None)
+    if PROFILE is not None:
+        server_spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        server_spy.wait(timeout=60)
     standin_cpu = time.process_time() - cpu_before
     mcp_cpu = mcp.cpu() - mcp_before
     _keep(log_name, proc)

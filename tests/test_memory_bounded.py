@@ -349,17 +349,23 @@ def test_asyncio_run_returning_the_result_allocates_no_copy_of_it() -> None:
     assert peak < 1_000_000, f"asyncio.run allocated {peak} bytes around a result of 2,000 entries"
 
 
-def test_the_word_set_cache_is_bounded_in_entries_and_in_text_length() -> None:
-    """The offline judge's word sets are cached (a chunk recurs across traces), but never a long
-    text (a whole page in a tool output), and never more than the cache's entries."""
-    text_module._word_set.cache_clear()
-    limit = text_module._word_set.cache_info().maxsize
-    assert limit is not None
-    for i in range(limit + 500):
+def test_the_word_set_memo_is_bounded_in_entries_and_in_text_length() -> None:
+    """The offline judge's word sets are remembered (a chunk recurs across traces) by the text's
+    digest, never the text; never for a very long text, and never more than the memo's entries."""
+    memo = text_module._word_sets
+    memo.clear()
+    for i in range(memo.size + 500):
         text_module.word_set(f"chunk {i} " + "katib experiment trial parallelism " * 40)
-    assert text_module._word_set.cache_info().currsize == limit
-    text_module._word_set.cache_clear()
-    long_text = "katib " * (text_module.CACHED_CHARS // 6 + 1)
-    assert len(long_text) > text_module.CACHED_CHARS
+    assert len(memo) == memo.size
+    assert all(len(key) == 16 for key in memo._seen)  # digests: no text is kept alive
+    memo.clear()
+    long_text = "katib " * (memo.max_chars // 6 + 1)
+    assert len(long_text) > memo.max_chars
     assert text_module.word_set(long_text) == frozenset({"katib"})
-    assert text_module._word_set.cache_info().currsize == 0
+    assert len(memo) == 0
+
+
+def test_word_union_is_the_word_set_of_the_joined_texts() -> None:
+    texts = ["Katib's earlyStopping works", "with the StdOut\ncollector", "GPUs, TPUs and ＫＦＰ"]
+    texts.append("設定のSparkApplication")
+    assert text_module.word_union(texts) == text_module.word_set("\n".join(texts))

@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from triage.calibration.calibrate import CalibrateOptions, calibrate_from, judge_measures, record_measures
 from triage.calibration.queue import QueueOptions, QueueResult, VotesOptions, list_conversations, run_queue
@@ -411,15 +411,12 @@ class Triage:
             ledger = settings.triage_relay_database_url.get_secret_value()
         sink: Sink
         if settings.uses_langfuse:
-            public_key, secret_key = _langfuse_keys(settings)
+            access = _langfuse_access(settings)
             from triage.domain.ports import SourceStats
             from triage.sources.langfuse.http import LANGFUSE_RETRY, LangfuseHttp
 
             http = LangfuseHttp(
-                public_key=public_key,
-                secret_key=secret_key,
-                base_url=settings.langfuse_base_url,
-                timeout=settings.langfuse_timeout,
+                **access,
                 retry=LANGFUSE_RETRY.with_(attempts=1),  # the outbox is the retry
                 stats=SourceStats(),
             )
@@ -490,12 +487,27 @@ def record_judge_measures(backend: object, measures: Sequence[JudgeMeasure]) -> 
         )
 
 
-def _langfuse_keys(settings: Settings) -> tuple[str, str]:
-    """Both Langfuse keys, or the configuration error that names the missing one (exit 3)."""
+class _LangfuseAccess(TypedDict):
+    """Where Langfuse is and how to sign in: the same settings for the job's backend and the relay's sink."""
+
+    public_key: str
+    secret_key: str
+    base_url: str
+    timeout: float
+
+
+def _langfuse_access(settings: Settings) -> _LangfuseAccess:
+    """Both Langfuse keys (or the configuration error that names the missing one, exit 3), its
+    address and time-out."""
     if not settings.langfuse_public_key or not settings.langfuse_secret_key:
         missing = "LANGFUSE_SECRET_KEY" if settings.langfuse_public_key else "LANGFUSE_PUBLIC_KEY"
         raise ConfigError(f"Langfuse needs both keys: set {missing} (or unset the other to use the embedded store)")
-    return settings.langfuse_public_key, settings.langfuse_secret_key.get_secret_value()
+    return _LangfuseAccess(
+        public_key=settings.langfuse_public_key,
+        secret_key=settings.langfuse_secret_key.get_secret_value(),
+        base_url=settings.langfuse_base_url,
+        timeout=settings.langfuse_timeout,
+    )
 
 
 @contextmanager
@@ -503,14 +515,11 @@ def open_backend(settings: Settings, budget: Budget | None = None, *, reads_only
     """Langfuse, or the embedded store. `reads_only`: a command that writes nothing never creates a
     store, so a mistyped TRIAGE_STORE is a configuration error naming it, not an empty store."""
     if settings.uses_langfuse:
-        public_key, secret_key = _langfuse_keys(settings)
+        access = _langfuse_access(settings)
         from triage.sources.langfuse.backend import LangfuseBackend
 
         with LangfuseBackend(
-            public_key=public_key,
-            secret_key=secret_key,
-            base_url=settings.langfuse_base_url,
-            timeout=settings.langfuse_timeout,
+            **access,
             deadline_seconds=settings.triage_langfuse_deadline_seconds,
             confirm_wait_seconds=settings.triage_confirm_wait_seconds,
             budget=budget,

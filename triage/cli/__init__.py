@@ -18,7 +18,7 @@ import click
 from triage import __version__, redact
 from triage.cli.check import check
 from triage.cli.nightly import demo, feedback, import_
-from triage.cli.options import config_option, handle_errors, log_format_option, open_app
+from triage.cli.options import app_options, config_option, handle_errors, log_format_option, open_app
 from triage.cli.releases import releases
 from triage.cli.review import calibrate, eval_, promote, queue, votes
 from triage.domain.config import IndexFolder
@@ -54,9 +54,7 @@ def _folders(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     callback=_folders,
     help="A folder to serve as a collection (repeatable). Default: the config's [[index]], else the demo index.",
 )
-@config_option("Configuration file.")
-@log_format_option
-@handle_errors
+@app_options("Configuration file.")
 def serve(
     host: str, port: int, stdio: bool, folders: list[IndexFolder], config_path: Path | None, log_format: str | None
 ) -> None:

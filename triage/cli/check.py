@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from triage.check import CheckRequest
-from triage.cli.options import config_option, emit, file_option, handle_errors, log_format_option, open_app
+from triage.cli.options import app_options, concurrency_option, emit, file_option, open_app
 from triage.sinks.report import check_json, render_check
 
 CHECK_JUDGES = ("offline", "llm")
@@ -40,11 +40,7 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     type=click.Choice(CHECK_JUDGES),
     help="The check judge. Default: llm when TRIAGE_JUDGE_MODEL is set, else offline (no model).",
 )
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 256),
-    help="Cases asked of the agent at once. Default: [check] concurrency (4).",
-)
+@concurrency_option("Cases asked of the agent at once. Default: [check] concurrency (4).")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -66,9 +62,7 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "standard input, its standard output the answer.",
 )
 @file_option("--output", "Also write the results as JSON to this file.")
-@config_option("Configuration file (TOML): [agent_endpoint], [check], tools. Default: TRIAGE_CONFIG, else built-in.")
-@log_format_option
-@handle_errors
+@app_options("Configuration file (TOML): [agent_endpoint], [check], tools. Default: TRIAGE_CONFIG, else built-in.")
 def check(
     dataset: str | None,
     run_name: str | None,

@@ -9,6 +9,7 @@ import click
 
 from triage import judges
 from triage.cli.options import (
+    concurrency_option,
     config_option,
     emit,
     file_option,
@@ -35,9 +36,7 @@ REPORT_FILE_HELP = "Also write the Markdown report to this file."
 @click.option("--write", is_flag=True, help="Write triage_layer and triage_component scores on the traces.")
 @click.option("--report", is_flag=True, help="Print the Markdown report to standard output.")
 @file_option("--report-file", REPORT_FILE_HELP)
-@click.option(
-    "--concurrency", type=click.IntRange(1, 256), default=8, show_default=True, help="Traces judged at once."
-)
+@concurrency_option("Traces judged at once.", default=8)
 @click.option("--force", is_flag=True, help="Triage again traces already scored under this rule version.")
 @click.option(
     "--judge",

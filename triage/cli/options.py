@@ -172,6 +172,23 @@ def config_option(help: str = "Configuration file.") -> Callable[[F], F]:
     )
 
 
+def concurrency_option(help: str, default: int | None = None) -> Callable[[F], F]:
+    """`--concurrency N`, 1 to 256: how much of the work runs at once. Without a default the
+    command gets None, and the configuration decides."""
+    given: dict[str, Any] = {} if default is None else {"default": default, "show_default": True}
+    return click.option("--concurrency", type=click.IntRange(1, 256), help=help, **given)
+
+
+def app_options(config_help: str) -> Callable[[F], F]:
+    """What most commands end with: the two options `open_app` reads (`--config`, its help naming
+    the tables the command uses; `--log-format`), then `handle_errors`."""
+
+    def apply(func: F) -> F:
+        return config_option(config_help)(log_format_option(handle_errors(func)))
+
+    return apply
+
+
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Shard | None:
     if not value:
         return None

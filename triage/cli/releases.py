@@ -9,16 +9,7 @@ from pathlib import Path
 import click
 
 from triage.app import ReleasesOptions
-from triage.cli.options import (
-    config_option,
-    emit,
-    format_option,
-    handle_errors,
-    log_format_option,
-    open_app,
-    output_option,
-    window_option,
-)
+from triage.cli.options import app_options, emit, format_option, open_app, output_option, window_option
 from triage.domain.releases import ALPHA, ReleaseWindow
 from triage.errors import ExitCode
 from triage.sinks.report import RELEASES_FORMATS
@@ -68,9 +59,7 @@ def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 )
 @format_option(RELEASES_FORMATS)
 @output_option()
-@config_option("Configuration file (TOML): score names, owners. Default: TRIAGE_CONFIG, else the built-in defaults.")
-@log_format_option
-@handle_errors
+@app_options("Configuration file (TOML): score names, owners. Default: TRIAGE_CONFIG, else the built-in defaults.")
 def releases(
     since_hours: float,
     candidate: str | None,

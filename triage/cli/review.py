@@ -15,6 +15,8 @@ from triage.calibration.calibrate import CalibrateOptions
 from triage.calibration.evaluate import EvalOptions, EvalSet
 from triage.calibration.queue import QueueOptions, VotesOptions
 from triage.cli.options import (
+    app_options,
+    concurrency_option,
     config_option,
     emit,
     file_option,
@@ -60,11 +62,9 @@ from triage.sinks.report import CALIBRATION_FORMATS, EVAL_FORMATS
 )
 @format_option(CALIBRATION_FORMATS)
 @output_option()
-@config_option(
+@app_options(
     "Configuration file (TOML): score names, [calibration]. Default: TRIAGE_CONFIG, else the built-in defaults."
 )
-@log_format_option
-@handle_errors
 def calibrate(
     labels_file: Path | None,
     facts_file: Path | None,
@@ -97,7 +97,7 @@ def calibrate(
     help="A judge to run (repeat for several), optionally named (llm-perfect=llm). Default: heuristic and replay.",
 )
 @click.option("--split", help="Only the labels of this split (for example dev or test). Default: each, and all.")
-@click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True, help="Traces judged at once.")
+@concurrency_option("Traces judged at once.", default=8)
 @format_option(EVAL_FORMATS)
 @output_option()
 @click.option(
@@ -105,9 +105,7 @@ def calibrate(
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep each judge's store, facts file, summary and log in this folder.",
 )
-@config_option("Configuration file. Default: the set's triage.toml, else TRIAGE_CONFIG, else the built-in defaults.")
-@log_format_option
-@handle_errors
+@app_options("Configuration file. Default: the set's triage.toml, else TRIAGE_CONFIG, else the built-in defaults.")
 def eval_(
     set_dir: Path,
     judges: tuple[str, ...],
@@ -187,9 +185,7 @@ def queue(
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be created or updated; write nothing.")
 @format_option(PROMOTE_FORMATS)
-@config_option("Configuration file (TOML): score names, tools. Default: TRIAGE_CONFIG, else the built-in defaults.")
-@log_format_option
-@handle_errors
+@app_options("Configuration file (TOML): score names, tools. Default: TRIAGE_CONFIG, else the built-in defaults.")
 def promote(
     dataset: str,
     traces: tuple[str, ...],
@@ -229,9 +225,7 @@ def promote(
 @window_option(24.0 * 7, "Conversations with a trace started or a vote cast in this window (up to now).")
 @format_option(VOTES_FORMATS)
 @output_option("Write to this file instead of standard output.")
-@config_option("Configuration file (TOML): the vote score's name. Default: TRIAGE_CONFIG, else the built-in defaults.")
-@log_format_option
-@handle_errors
+@app_options("Configuration file (TOML): the vote score's name. Default: TRIAGE_CONFIG, else the built-in defaults.")
 def votes(
     filter_: str, since_hours: float, render: Callable[[ConversationList], str], output: Path | None,
     config_path: Path | None, log_format: str | None,

@@ -6,10 +6,13 @@ clippers, three ISO formatters); a copy that drifted was a bug only one command 
 
 from __future__ import annotations
 
+import hashlib
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -104,3 +107,57 @@ def bounded_batches(
         size += spent
     if batch:
         yield batch
+
+
+# -- remembering what a text gives ----------------------------------------------------------------
+
+
+#: texts up to this long are their own key in a `TextMemo`: cheaper than a digest, as small
+SHORT_KEY_CHARS = 256
+
+
+class TextMemo(Generic[T]):
+    """`fn(text)`, remembered by the text's digest, least recently used out.
+
+    The night reads the same index chunks and tool outputs for many traces, and several judges
+    tokenise and scan them again; remembering the result by a 128-bit digest (a long text is never kept)
+    keeps the memory a long tool output costs to its result. Texts over `max_chars` are not
+    remembered (a whole page is rarely seen twice). Safe to call from worker threads."""
+
+    def __init__(self, fn: Callable[[str], T], size: int, max_chars: int = 50_000) -> None:
+        self.fn, self.size, self.max_chars = fn, size, max_chars
+        self._seen: OrderedDict[str | bytes, T] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+        self.__wrapped__ = fn
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, text: str) -> T:
+        if len(text) > self.max_chars:
+            return self.fn(text)
+        # a short text is its own key (a string caches its hash); a long one, its digest
+        key: str | bytes = (
+            text
+            if len(text) <= SHORT_KEY_CHARS
+            else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        )
+        with self._lock:
+            if key in self._seen:
+                self.hits += 1
+                self._seen.move_to_end(key)
+                return self._seen[key]
+            self.misses += 1
+        value = self.fn(text)
+        with self._lock:
+            self._seen[key] = value
+            if len(self._seen) > self.size:
+                self._seen.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+            self.hits = self.misses = 0

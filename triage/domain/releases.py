@@ -181,12 +181,10 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ReleaseCounts(_Model):
-    """One release's counts over a window, as a source gives them.
-
-    `answers`: its traces; `votes`: the answers with a vote (one per answer, however many votes it
-    got); `thumbs_down`: the answers with a thumbs-down; `layers`: the triaged thumbs-down by layer
-    (the rest are untriaged); `signatures`: the failures' signatures, counted."""
+class ReleaseFigures(_Model):
+    """What a release's counts and its stats (`ReleaseStats`) both hold: the release, when it was
+    seen, and its counts. `answers`: its traces; `votes`: the answers with a vote (one per answer,
+    however many votes it got); `thumbs_down`: the answers with a thumbs-down."""
 
     release: str = Field(min_length=1)
     version: str | None = None
@@ -195,6 +193,13 @@ class ReleaseCounts(_Model):
     answers: NonNegativeInt
     votes: NonNegativeInt
     thumbs_down: NonNegativeInt
+
+
+class ReleaseCounts(ReleaseFigures):
+    """One release's counts over a window, as a source gives them: its figures, and `layers`: the
+    triaged thumbs-down by layer (the rest are untriaged); `signatures`: the failures' signatures,
+    counted."""
+
     layers: dict[Layer, NonNegativeInt] = Field(default_factory=dict)
     signatures: dict[str, NonNegativeInt] = Field(default_factory=dict)
 
@@ -373,16 +378,9 @@ class SignatureCount(_Model):
     count: int
 
 
-class ReleaseStats(_Model):
+class ReleaseStats(ReleaseFigures):
     """One release's figures: its counts, its rates over `per`, its failures' layers and signatures."""
 
-    release: str
-    version: str | None
-    first_seen: datetime
-    last_seen: datetime
-    answers: int
-    votes: int
-    thumbs_down: int
     untriaged: int  # thumbs-down without a layer
     per: Per
     vote_rate: Rate  # votes over answers: a change here moves every per-answer rate
@@ -394,13 +392,7 @@ class ReleaseStats(_Model):
 def release_stats(counts: ReleaseCounts, per: Per = "answers") -> ReleaseStats:
     over = counts.over(per)
     return ReleaseStats(
-        release=counts.release,
-        version=counts.version,
-        first_seen=counts.first_seen,
-        last_seen=counts.last_seen,
-        answers=counts.answers,
-        votes=counts.votes,
-        thumbs_down=counts.thumbs_down,
+        **counts.model_dump(include=set(ReleaseFigures.model_fields)),  # carried over as counted
         untriaged=counts.untriaged,
         per=per,
         vote_rate=rate(counts.votes, counts.answers),

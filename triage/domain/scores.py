@@ -309,6 +309,12 @@ def _meta(metadata: object) -> Mapping[str, Any]:
     return metadata if isinstance(metadata, Mapping) else {}
 
 
+def _rule_version(meta: Mapping[str, Any]) -> str | None:
+    """The rule version a job score's metadata names, as text (None: it names none)."""
+    version = meta.get("rule_version")
+    return str(version) if version is not None else None
+
+
 @dataclass(frozen=True)
 class VerdictMeta:
     """The metadata of the job's layer and component scores."""
@@ -345,12 +351,11 @@ class VerdictMeta:
     @classmethod
     def from_stored(cls, metadata: object) -> VerdictMeta:
         meta = _meta(metadata)
-        version = meta.get("rule_version")
         return cls(
             facts=facts_of(meta.get("facts")),
             judge=_text(meta.get("judge")),
             prompt_version=_text(meta.get("prompt_version")),
-            rule_version=str(version) if version is not None else None,
+            rule_version=_rule_version(meta),
             owners=_texts(meta.get("owners")),
             component_from=_text(meta.get("component_from")),
             votes=_texts(meta.get("votes")),
@@ -382,14 +387,13 @@ class SignatureMeta:
     @classmethod
     def from_stored(cls, metadata: object) -> SignatureMeta:
         meta = _meta(metadata)
-        version = meta.get("rule_version")
         return cls(
             layer=str(meta.get("layer", "")),
             component=str(meta.get("component", "")),
             owners=_texts(meta.get("owners")),
             terms=_texts(meta.get("terms")),
             title=str(meta.get("title", "")),
-            rule_version=str(version) if version is not None else None,
+            rule_version=_rule_version(meta),
         )
 
 

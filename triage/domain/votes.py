@@ -134,6 +134,7 @@ def read_vote(
     """
     ident, trace, session = _text(vote_id), _text(trace_id), _text(session_id)
     number = _number(value)
+    on_session = None if trace else session  # a trace wins over a session
 
     said = comment if isinstance(comment, str) else None
 
@@ -142,7 +143,7 @@ def read_vote(
             id=ident,
             reason=reason,
             trace_id=trace,
-            session_id=None if trace else session,
+            session_id=on_session,
             value=number,
             comment=said,
         )
@@ -172,7 +173,7 @@ def read_vote(
         value=number,
         timestamp=timestamp,
         trace_id=trace,
-        session_id=None if trace else session,
+        session_id=on_session,
         turn=answer,
         comment=comment,
         # who voted is shown, never decided on: a voter id that is no scalar is dropped, not the vote

@@ -126,8 +126,6 @@ class Progress:
         )
 
 
-log = logging.getLogger("triage")
-
 
 def comments(votes: Sequence[Vote]) -> list[str]:
     """The votes' non-empty comments, stripped."""
@@ -182,8 +180,6 @@ class Ledger:
             extra={"event": "undecided", "trace_id": trace_id, "kind": kind},
         )
 
-
-log = logging.getLogger("triage")
 
 
 def empty_answer_facts(facts: Facts) -> Facts:
@@ -252,10 +248,15 @@ class VerdictMaker:
     concurrency: int
     #: batch mode: told when each trace starts and ends (None: no one is told)
     flight: Flight | None = None
-    gate: asyncio.Semaphore = field(init=False, repr=False)
+    #: at most `concurrency` traces judged and as many searched at once, in two gates: the next
+    #: traces' searches run while the judge waits on the model, so the model's slots never wait on
+    #: a search (one gate around both left them a quarter idle in the nightly benchmark)
+    searching: asyncio.Semaphore = field(init=False, repr=False)
+    judging: asyncio.Semaphore = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.gate = asyncio.Semaphore(self.concurrency)
+        self.searching = asyncio.Semaphore(self.concurrency)
+        self.judging = asyncio.Semaphore(self.concurrency)
 
     def _more(self, trace: Trace, research: list[Passage] | None) -> SearchMore | None:
         """The judge's follow-up search for this trace, where there was a re-search to follow up."""
@@ -276,13 +277,14 @@ class VerdictMaker:
         search_problem = self.search_down
         unsearched: dict[str, str] = {}
         judge = self.judge if trace.searched else self.no_search_judge
-        async with self.gate:
-            if self.researcher is not None and trace.searched:
+        if self.researcher is not None and trace.searched:
+            async with self.searching:
                 try:
                     found = await self.researcher.research_all(trace, comment)
                     research, unsearched = found.passages, found.unavailable
                 except SearchError as ex:
                     search_problem = str(ex)
+        async with self.judging:
             try:
                 request = JudgeRequest.of(trace, research, comment, search_more=self._more(trace, research))
                 facts = await judge.judge(request)
@@ -394,8 +396,6 @@ class VerdictMaker:
         ]
 
 
-log = logging.getLogger("triage")
-
 STOPPED = "the run was stopped (SIGTERM) before this trace was triaged"
 
 _Written = tuple[Entry, list[ScoreBody], list[Vote]]
@@ -424,6 +424,9 @@ class Stream:
         )
         self._scores: asyncio.Queue[_Written | None] = asyncio.Queue(maxsize=2 * options.batch_size)
         self.progress = Progress(0, options.progress_seconds)
+        # a trace per worker: `concurrency` judged while as many more search (`VerdictMaker`'s two
+        # gates). Batch mode's traces all wait on one round at once: no gate may hold one back
+        self.workers = options.concurrency * (1 if options.batch_mode else 2)
 
     async def run(self, by_trace: dict[str, list[Vote]], trace_ids: list[str]) -> None:
         self.progress = Progress(len(trace_ids), self.options.progress_seconds)
@@ -433,7 +436,7 @@ class Stream:
                 everything.create_task(self._write())
                 async with asyncio.TaskGroup() as readers_and_judges:
                     readers_and_judges.create_task(self._produce(by_trace, trace_ids))
-                    for _ in range(self.options.concurrency):
+                    for _ in range(self.workers):
                         readers_and_judges.create_task(self._work())
                 await self._scores.put(None)
         except BaseExceptionGroup as group:
@@ -483,7 +486,7 @@ class Stream:
                     self.progress.tick()
                     continue
                 await self._traces.put((trace, votes))
-        for _ in range(self.options.concurrency):
+        for _ in range(self.workers):
             await self._traces.put(None)
 
     # -- judging ------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from triage.judges.offline_text import (
     squash,
     strip_invisible,
     word_set,
+    word_union,
 )
 
 _PLACEHOLDER = re.compile(
@@ -490,7 +491,7 @@ def prose_support(answer: str, seen: Sequence[str], question: str = "") -> float
     mine = word_set(" ".join(kept)) - word_set(question)
     if len(mine) < MIN_PROSE_WORDS:
         return None
-    theirs = word_set("\n".join(seen))
+    theirs = word_union(seen)
     return len(mine & theirs) / len(mine)
 
 

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from triage.domain.config import Component
+from triage.domain.kernel import TextMemo
 from triage.domain.records import Confidence, Evidence, Facts, Passage, Trace
 from triage.domain.rule import component_from_sources
 from triage.errors import JudgeError
@@ -182,11 +183,16 @@ _QUOTE_CHARS = str.maketrans(
 )
 
 
-def normalise(text: str) -> str:
+def _normalise(text: str) -> str:
     """Whitespace runs become one space; typographic quotes and dashes become ASCII (models
     re-type them); nothing else changes."""
     text = unicodedata.normalize("NFC", text).translate(_QUOTE_CHARS)
-    return re.sub(r"\s+", " ", text).strip()
+    return _SPACES.sub(" ", text).strip()
+
+
+_SPACES = re.compile(r"\s+")
+#: a passage is normalised for each call that shows it, and a model's every quote checked against it
+normalise = TextMemo(_normalise, size=2048, max_chars=8_000)
 
 
 def quote_found(quote: str, text: str) -> bool:

@@ -30,7 +30,8 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import openai
 from pydantic import BaseModel, ValidationError
@@ -100,6 +101,20 @@ def model_retry(
     )
 
 
+@dataclass(frozen=True)
+class _Ask(Generic[T]):
+    """One call's request, as every attempt at it sends it (a retry told which checks failed
+    is a new one, with the longer conversation)."""
+
+    call: str
+    messages: list[dict[str, str]]
+    schema: dict[str, Any]
+    reply_type: type[T]
+    #: the trace's usage the answers add to (and the exchange's totals)
+    usage: Usage
+    trace_id: str = ""
+
+
 class ChatExchange:
     """Requests to one model on one server, shared by every call of a judge."""
 
@@ -132,17 +147,7 @@ class ChatExchange:
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def complete(
-        self,
-        call: str,
-        messages: list[dict[str, str]],
-        schema: dict[str, Any],
-        reply_type: type[T],
-        usage: Usage,
-        *,
-        trace_id: str = "",
-        batchable: bool = True,
-    ) -> tuple[str, T]:
+    async def complete(self, ask: _Ask[T], *, batchable: bool = True) -> tuple[str, T]:
         """One answered, parsed reply (raw text and model), with retries. In batch mode
         (`batchable`, and a collector given) the first attempt is asked through a batch round;
         what the round does not answer, and every retry, goes directly."""
@@ -152,7 +157,7 @@ class ChatExchange:
             async for attempt in retrying:
                 with attempt:
                     first, batched = batched, False
-                    return await self._attempt(call, messages, schema, reply_type, usage, first, trace_id)
+                    return await self._attempt(ask, first)
         except Transient as ex:
             number = retrying.statistics.get("attempt_number", 1)
             raise JudgeError(
@@ -160,7 +165,7 @@ class ChatExchange:
             ) from ex.error
         except Unusable as ex:
             what = "refused to judge" if ex.refusal else "kept answering unusable output"
-            raise JudgeRejected(f"{call}: model {self.model} {what}: {ex}") from None
+            raise JudgeRejected(f"{ask.call}: model {self.model} {what}: {ex}") from None
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
     async def verified(
@@ -179,11 +184,10 @@ class ChatExchange:
         gets one more try, told which checks failed, then `JudgeRejected` ("`what` failed
         verification twice: ..."). In batch mode the first round is asked through a batch; the retry
         goes directly (a few calls are not worth another batch's wait)."""
+        ask = _Ask(call, messages, schema, reply_type, usage, trace_id)
         problems: list[str] = []
         for round_ in (1, 2):
-            raw, reply = await self.complete(
-                call, messages, schema, reply_type, usage, trace_id=trace_id, batchable=round_ == 1
-            )
+            raw, reply = await self.complete(ask, batchable=round_ == 1)
             problems = verify(reply)
             if not problems:
                 return reply
@@ -191,27 +195,19 @@ class ChatExchange:
                 # one more try, told which checks failed (ids and check names only: no quoted text)
                 retry = prompts.render("verification_retry.j2", problems=problems[:10])
                 messages = [
-                    *messages,
+                    *ask.messages,
                     {"role": "assistant", "content": raw},
                     {"role": "user", "content": retry},
                 ]
+                ask = replace(ask, messages=messages)  # the same call, with the longer conversation
         raise JudgeRejected(f"{what} failed verification twice: " + "; ".join(problems[:5]))
 
-    async def _attempt(
-        self,
-        call: str,
-        messages: list[dict[str, str]],
-        schema: dict[str, Any],
-        reply_type: type[T],
-        usage: Usage,
-        batched: bool = False,
-        trace_id: str = "",
-    ) -> tuple[str, T]:
+    async def _attempt(self, ask: _Ask[T], batched: bool = False) -> tuple[str, T]:
         while True:  # a downgrade of the response format is not an attempt: ask again at once
             mode = self.mode
             through_batch, batched = batched, False  # a round is asked once; a downgrade goes directly
             try:
-                completion, in_batch = await self._request(call, messages, schema, mode, through_batch, trace_id)
+                completion, in_batch = await self._request(ask, mode, through_batch)
             except openai.BadRequestError as ex:
                 if self._downgrade(mode, ex):
                     continue
@@ -226,39 +222,31 @@ class ChatExchange:
                 if ex.status_code >= 500 or ex.status_code in (408, 409):
                     raise Transient(ex) from ex
                 raise JudgeError(f"model {self.model} failed: {short(ex)}") from ex
-            self._count(completion, usage, in_batch)
-            return self._parse(completion, reply_type, mode)
+            self._count(completion, ask.usage, in_batch)
+            return self._parse(completion, ask.reply_type, mode)
 
-    async def _request(
-        self,
-        call: str,
-        messages: list[dict[str, str]],
-        schema: dict[str, Any],
-        mode: str,
-        batched: bool = False,
-        trace_id: str = "",
-    ) -> tuple[Any, bool]:
+    async def _request(self, ask: _Ask[T], mode: str, batched: bool = False) -> tuple[Any, bool]:
         """The completion, and whether a batch round answered it (`batched`: ask a round first)."""
         kwargs: dict[str, Any] = {}
         if mode == "json_schema":
             kwargs["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": call, "strict": True, "schema": schema},
+                "json_schema": {"name": ask.call, "strict": True, "schema": ask.schema},
             }
         elif mode == "json_object":
             kwargs["response_format"] = {"type": "json_object"}
         if self._send_temperature:
             kwargs["temperature"] = 0
         if batched and self.batch is not None:
-            body = {"model": self.model, "messages": messages, **kwargs}
-            answer = await self.batch.ask(body, trace_id=trace_id, call=call)
+            body = {"model": self.model, "messages": ask.messages, **kwargs}
+            answer = await self.batch.ask(body, trace_id=ask.trace_id, call=ask.call)
             if answer is not None:
                 return answer, True
             # not answered in a round (left by it, past the deadline, no Batch API): directly, once
         async with self._semaphore:
             self.requests += 1
             create = self._client.chat.completions.create
-            return await create(model=self.model, messages=messages, **kwargs), False  # type: ignore[arg-type]
+            return await create(model=self.model, messages=ask.messages, **kwargs), False  # type: ignore[arg-type]
 
     def _downgrade(self, mode: str, ex: openai.BadRequestError) -> bool:
         """After a 400: fall back to a format (or no temperature) the server accepts. Sticky."""

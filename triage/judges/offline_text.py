@@ -31,6 +31,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
+from triage.domain.kernel import TextMemo
+
 STOPWORDS = frozenset(
     """a about above after again all also am an and any are as at be been before being below between both but by
     can cannot could did do does doing done don down during each even ever every few for from further get gets
@@ -139,9 +141,15 @@ def without_code(text: str) -> str:
     return _CODE.sub(" ", FENCE.sub(" ", text))
 
 
-def squash(text: str) -> str:
+def _squash(text: str) -> str:
     """Lower case, runs of whitespace as one space: how strings are compared."""
-    return re.sub(r"\s+", " ", text).strip().lower()
+    return _SPACES.sub(" ", text).strip().lower()
+
+
+_SPACES = re.compile(r"\s+")
+#: every check squashes the trace's passages again: each text once (bounded: 2,048 results of at
+#: most 8,000 characters)
+squash = TextMemo(_squash, size=2048, max_chars=8_000)
 
 
 @lru_cache(maxsize=65536)
@@ -214,20 +222,19 @@ def _content(token: str) -> bool:
     return low not in STOPWORDS and (len(low) >= 3 or (len(low) == 2 and token.isupper()))
 
 
-#: texts up to this long are cached: an index chunk is at most 1,800 characters, and a longer text
-#: (a whole page in a tool output) is rarely seen twice. With the cache's 1,024 entries this bounds
-#: it at about 35 MB in the worst case (about 5 KB per chunk-sized entry, 5 MB in practice).
-CACHED_CHARS = 2_000
-
-
 def word_set(text: str) -> frozenset[str]:
-    """The set of `words(text)`; cached, since a trace's passages recur across traces."""
-    return _word_set(text) if len(text) <= CACHED_CHARS else frozenset(words(text))
+    """The set of `words(text)`; remembered, since a trace's passages recur across traces and
+    several checks read the same text."""
+    return _word_sets(text)
 
 
-@lru_cache(maxsize=1024)
-def _word_set(text: str) -> frozenset[str]:
-    return frozenset(words(text))
+_word_sets = TextMemo(lambda text: frozenset(words(text)), size=4096)
+
+
+def word_union(texts: Iterable[str]) -> frozenset[str]:
+    """`word_set` of the texts joined by newlines, from each text's own (remembered) set: no word
+    runs across a line break."""
+    return frozenset().union(*(word_set(t) for t in texts))
 
 
 def _unemphasise(match: re.Match[str]) -> str:

@@ -22,12 +22,13 @@ import re
 import secrets
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from triage.domain.kernel import TextMemo
 from triage.domain.records import Evidence, Facts, Passage, Trace
 from triage.errors import ConfigError
 
@@ -122,22 +123,32 @@ _ASCII_CONTROLS = _ascii_controls()
 def clean(text: str, limit: int, nonce: str | None = None) -> str:
     """Untrusted text made safe to embed: invisible characters, tag and nonce lookalikes removed,
     length capped (with a visible marker)."""
+    cleaned = _cleaned(text)
+    if nonce and (nonce in text or nonce in cleaned):
+        # the call's nonce written into the data (it cannot be guessed: a test, or a bug) goes first,
+        # then the lookalikes it may have hidden
+        cleaned = _clean_all(_visible(text).replace(nonce, ""))
+    if len(cleaned) > limit:
+        cleaned = cleaned[:limit] + " [truncated]"
+    return cleaned
+
+
+def _visible(text: str) -> str:
     if text.isascii():
         # the common case, and a hot path (tens of KB per trace): in ASCII only controls are invisible
-        text = _ASCII_CONTROLS.sub("", text)
-    else:
-        text = "".join(
-            ch
-            for ch in text
-            if ch in _KEEP_CONTROLS or unicodedata.category(ch) not in {"Cc", "Cf", "Co", "Cs"}
-        )
-    if nonce:
-        text = text.replace(nonce, "")
-    text = _TAG_LOOKALIKE.sub("[tag removed]", text)
-    text = _NONCE_ATTR.sub("[nonce removed]", text)
-    if len(text) > limit:
-        text = text[:limit] + " [truncated]"
-    return text
+        return _ASCII_CONTROLS.sub("", text)
+    return "".join(
+        ch for ch in text if ch in _KEEP_CONTROLS or unicodedata.category(ch) not in {"Cc", "Cf", "Co", "Cs"}
+    )
+
+
+def _clean_all(text: str) -> str:
+    return _NONCE_ATTR.sub("[nonce removed]", _TAG_LOOKALIKE.sub("[tag removed]", text))
+
+
+#: a passage is cleaned for every call that shows it (both of the model judge's calls, each trace
+#: that retrieves it): the work before the per-call nonce is done once per text
+_cleaned = TextMemo(lambda text: _clean_all(_visible(text)), size=4096)
 
 
 def clean_value(value: Any, limit: int, nonce: str | None = None) -> Any:
@@ -238,22 +249,30 @@ def injection_findings(fields: Iterable[tuple[str, str | None]]) -> list[str]:
     for field, text in fields:
         if not text:
             continue
-        labels = _labels(text) if len(text) <= CACHED_CHARS else _labels.__wrapped__(text)
-        found += [f"{field}: {label}" for label in labels]
+        found += [f"{field}: {label}" for label in _labels(text)]
     return list(dict.fromkeys(found))
 
 
-#: passages up to this long have their findings cached: the same index chunks come back for many
-#: traces, and the seven patterns scan a text at about 3 ms per 10 KB (the largest CPU cost per
-#: trace in the nightly benchmark before the cache)
-CACHED_CHARS = 4_000
+#: the patterns as they read lower-cased ASCII text: the same matches as IGNORECASE there (no
+#: Unicode case folding can apply), at about half the cost, which the night pays on every passage
+_LOWER_PATTERNS = [
+    (label, re.compile(pattern.pattern.replace("INST", "inst").replace("SYS", "sys")))
+    for label, pattern in _INJECTION_PATTERNS
+]
 
 
-@lru_cache(maxsize=2048)
-def _labels(text: str) -> tuple[str, ...]:
+def _scan(text: str) -> tuple[str, ...]:
+    if text.isascii():
+        lowered = text.lower()
+        return tuple(label for label, pattern in _LOWER_PATTERNS if pattern.search(lowered))
     # invisible characters are removed first so "ign\u200bore previous instructions" still matches
-    visible = text if text.isascii() else "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    visible = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
     return tuple(label for label, pattern in _INJECTION_PATTERNS if pattern.search(visible))
+
+
+#: the same index chunks and tool outputs come back for many traces, and the cascade's two judges
+#: scan a trace each: each text is scanned once (the largest CPU cost per trace before)
+_labels = TextMemo(_scan, size=8192)
 
 
 def trace_findings(trace: Trace, research: Sequence[Passage] | None, comment: str | None) -> list[str]:

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from triage.domain.kernel import TextMemo
 from triage.domain.records import Passage
 
 ERROR_PREFIXES = ("Search failed:", "Search rejected:")
@@ -282,7 +283,7 @@ _K1 = 1.2
 _B = 0.75
 
 
-def terms(text: str) -> list[str]:
+def _terms(text: str) -> tuple[str, ...]:
     """The words of `text` for matching: lower case, stopwords out, an identifier both whole and by
     its parts (`earlyStopping` gives `earlystopping`, `early`, `stopping`), plurals folded."""
     out: list[str] = []
@@ -292,7 +293,11 @@ def terms(text: str) -> list[str]:
             if len(piece) < 2 or piece in _STOP:
                 continue
             out.append(_fold(piece))
-    return out
+    return tuple(out)
+
+
+#: a passage's parts are weighed against the question for every call that shows the passage
+terms = TextMemo(_terms, size=8192)
 
 
 def _fold(word: str) -> str:

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from functools import partial
 from typing import Literal, Protocol
 
@@ -228,37 +228,29 @@ MAX_RETRY_AFTER = 60.0
 BACKOFF = RetryPolicy(attempts=None, initial=0.5, maximum=30.0, max_retry_after=MAX_RETRY_AFTER)
 
 
+@dataclass(eq=False)  # the constructor stores what it is given; one worker is one thread: compared by identity
 class Worker:
     """Delivers the outbox to an outbox-delivered sink (Langfuse), or the backlog an inline one
     (the embedded store) could not take, in batches, with back-off; on a thread or step by step."""
 
-    def __init__(
-        self,
-        ledger: GroupCommit,
-        sink: Sink,
-        clock: Clock,
-        *,
-        batch_max: int = 500,
-        batch_wait: float = 0.25,
-        max_attempts: int = 20,
-        policy: RetryPolicy = BACKOFF,
-    ) -> None:
-        self.ledger = ledger
-        self.sink = sink
-        self.clock = clock
-        self.batch_max = batch_max
-        self.batch_wait = batch_wait
-        self.max_attempts = max_attempts
-        self.policy = policy
-        self.delivered = 0
-        self.failures = 0
-        self.dead = 0
-        self.last_error: str | None = None
-        self.housekeeping_failures = 0
-        self._failing: set[str] = set()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    ledger: GroupCommit
+    sink: Sink
+    clock: Clock
+    _: KW_ONLY
+    batch_max: int = 500
+    batch_wait: float = 0.25
+    max_attempts: int = 20
+    policy: RetryPolicy = BACKOFF
+    # what it has done (metrics), and its thread
+    delivered: int = field(default=0, init=False)
+    failures: int = field(default=0, init=False)
+    dead: int = field(default=0, init=False)
+    last_error: str | None = field(default=None, init=False)
+    housekeeping_failures: int = field(default=0, init=False)
+    _failing: set[str] = field(default_factory=set, init=False)
+    _wake: threading.Event = field(default_factory=threading.Event, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
 
     def backoff(self, attempts: int, asked: float | None = None) -> float:
         """Seconds until an op that failed `attempts` times is tried again (`asked`: the sink's

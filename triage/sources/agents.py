@@ -234,27 +234,23 @@ class _Agent:
         self.endpoint = endpoint
         self.tools = dict(tools)
         self._asking = _Asking(timeout, retry)
+        self._open()
+
+    def _open(self) -> None:
+        """What an agent holds open from the start (the HTTP agents: their client); `aclose` closes it."""
+
+    async def aclose(self) -> None:
+        return None
 
 
 class _HttpAgent(_Agent):
     """The HTTP plumbing of the two HTTP agents: one client, statuses to failures."""
 
-    def __init__(
-        self,
-        endpoint: AgentEndpointConfig,
-        *,
-        tools: Mapping[str, str],
-        timeout: float,
-        retry: RetryPolicy = AGENT_RETRY,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        super().__init__(endpoint, tools=tools, timeout=timeout, retry=retry)
-        self._own = client is None
-        self._client = client or httpx.AsyncClient(timeout=timeout, headers=endpoint.headers)
+    def _open(self) -> None:
+        self._client = httpx.AsyncClient(timeout=self._asking.timeout, headers=self.endpoint.headers)
 
     async def aclose(self) -> None:
-        if self._own:
-            await self._client.aclose()
+        await self._client.aclose()
 
     async def _post(self, url: str, body: Any) -> tuple[Any, httpx.Headers]:
         try:
@@ -338,9 +334,6 @@ class CommandAgent(_Agent):
     @property
     def name(self) -> str:
         return f"command:{self.endpoint.command[0] if self.endpoint.command else '?'}"
-
-    async def aclose(self) -> None:
-        return None
 
     async def ask(self, question: str) -> AgentRun:
         by_argument = self.endpoint.input == "argument"

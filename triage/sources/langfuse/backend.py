@@ -86,19 +86,29 @@ def _message(ex: HttpStatus) -> str:
 
 
 def _post_one(
-    http: LangfuseHttp, what: str, path: str, body: dict[str, Any], *, echoed: tuple[str, str], wrong: str
-) -> str | None:
-    """POST one record; None when the answer echoes it (`echoed`: its field and value), else why not."""
+    http: LangfuseHttp,
+    outcome: DatasetWriteOutcome,
+    key: str,
+    what: str,
+    path: str,
+    body: dict[str, Any],
+    *,
+    echoed: str,
+    wrong: str,
+) -> None:
+    """POST one record, counted in `outcome` under `key`: written when the answer echoes `key` in
+    its field `echoed` (the writes are synchronous: that is the proof), else failed with why not."""
     try:
         stored = http.call(what, partial(http.raw, "POST", path, json_body=body))
     except HttpStatus as ex:
-        return _message(ex)
+        outcome.failed[key] = _message(ex)
     except LangfuseError as ex:
-        return str(ex)
-    key, value = echoed
-    if not isinstance(stored, dict) or stored.get(key) != value:
-        return wrong
-    return None
+        outcome.failed[key] = str(ex)
+    else:
+        if isinstance(stored, dict) and stored.get(echoed) == key:
+            outcome.written.append(key)
+        else:
+            outcome.failed[key] = wrong
 
 
 def wire_item(item: DatasetItem) -> dict[str, Any]:
@@ -180,14 +190,10 @@ class DatasetWrites:
         outcome = DatasetWriteOutcome()
         for item in items:
             # 404: the dataset is gone, or the id is held by another dataset; 400: refused
-            failure = _post_one(
-                self.http, f"writing dataset item {item.id}", "api/public/dataset-items", wire_item(item),
-                echoed=("id", item.id), wrong="the answer is not the item written",
+            _post_one(
+                self.http, outcome, item.id, f"writing dataset item {item.id}", "api/public/dataset-items",
+                wire_item(item), echoed="id", wrong="the answer is not the item written",
             )  # fmt: skip
-            if failure is not None:
-                outcome.failed[item.id] = failure
-                continue
-            outcome.written.append(item.id)
         return outcome
 
 
@@ -329,14 +335,11 @@ class DatasetRunWrites:
                 "createdAt": iso_ms(run.created_at),
             }
             # 404: the item is archived or gone
-            failure = _post_one(
-                self.http, f"adding item {result.item_id} to run {run.name}", "api/public/dataset-run-items", body,
-                echoed=("datasetItemId", result.item_id), wrong="the answer is not the run item written",
+            _post_one(
+                self.http, outcome, result.item_id, f"adding item {result.item_id} to run {run.name}",
+                "api/public/dataset-run-items", body, echoed="datasetItemId",
+                wrong="the answer is not the run item written",
             )  # fmt: skip
-            if failure is not None:
-                outcome.failed[result.item_id] = failure
-                continue
-            outcome.written.append(result.item_id)
         return outcome
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 import httpx
 
@@ -46,25 +46,18 @@ def failure(ex: BaseException) -> Failure:
     return Failure(f"Langfuse failed: {ex}")
 
 
+@dataclass(eq=False)  # the constructor stores what it is given; compared by identity, as a client is
 class ScoreWrites:
     """The one way scores reach Langfuse, for the job (confirmed by reading back, with retries)
     and the relay (one attempt, no read-back: its outbox retries)."""
 
-    def __init__(
-        self,
-        http: LangfuseHttp,
-        reads: ScoreReads,
-        *,
-        confirm_wait: float,
-        confirm_first_wait: float,
-        clock: Clock | None = None,
-    ) -> None:
-        self.http = http
-        self.reads = reads
-        self.confirm_wait = confirm_wait
-        self.confirm_first_wait = confirm_first_wait
-        self.clock = clock
-        self.list_contract: bool | None = None  # False: POST /scores takes one object only
+    http: LangfuseHttp
+    reads: ScoreReads
+    _: KW_ONLY
+    confirm_wait: float
+    confirm_first_wait: float
+    clock: Clock | None = None
+    list_contract: bool | None = field(default=None, init=False)  # False: POST /scores takes one object only
 
     def write(
         self, scores: Sequence[ScoreBody], *, confirm: bool = True, retry: RetryPolicy | None = None
