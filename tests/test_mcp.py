@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import mcp_types as types
 import pytest
 import uvicorn
@@ -144,6 +145,24 @@ async def test_http_search_returns_passages_with_sources(corpus_server: str) -> 
     assert "kind: Experiment" in code[0].text
     assert code[0].collection == "code"
     assert none == []
+
+
+@needs_corpus
+def test_the_served_index_answers_each_request_with_one_json_body(corpus_server: str) -> None:
+    """A search is one request and one answer: `triage index serve` answers with a JSON body, not
+    an SSE stream (about a third less CPU a search on both ends, bench/nightly.py). The SSE path of
+    the client is exercised by the servers built from `streamable_http_app` in the other tests."""
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    answer = httpx.post(corpus_server, json=hello, headers=headers, timeout=10)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("application/json")
+    assert answer.json()["result"]["serverInfo"]["name"]
 
 
 @needs_corpus

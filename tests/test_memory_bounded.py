@@ -369,3 +369,9 @@ def test_word_union_is_the_word_set_of_the_joined_texts() -> None:
     texts = ["Katib's earlyStopping works", "with the StdOut\ncollector", "GPUs, TPUs and ＫＦＰ"]
     texts.append("設定のSparkApplication")
     assert text_module.word_union(texts) == text_module.word_set("\n".join(texts))
+
+
+def test_squash_joined_is_the_squash_of_the_joined_texts() -> None:
+    texts = ["  Katib  Trials \n", "", "   ", "\tEarly\nStopping ", "ＫＦＰ Ünïcode"]
+    assert text_module.squash_joined(texts) == text_module.squash("\n".join(texts))
+    assert text_module.squash_joined([]) == text_module.squash("")

@@ -37,6 +37,7 @@ from triage.judges.offline_text import (
     plain,
     specifics,
     squash,
+    squash_joined,
     strip_invisible,
     word_set,
     word_union,
@@ -216,7 +217,7 @@ def _words_in(words: str, text: str) -> bool:
 def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") -> tuple[list[str], int]:
     """Specifics of `answer` in none of the texts seen, and how many were checked."""
     texts = list(seen)
-    haystack = squash("\n".join(texts))
+    haystack = squash_joined(texts)
     haystack_words = {w for w in re.split(r"[^\w]+", haystack) if w}
     q = squash(question)
     q_spaced = _SEPARATORS.sub(" ", q)
@@ -315,7 +316,7 @@ def _swaps(
     for text in passages:
         for key, values in pairs(text).items():
             given.setdefault(key, set()).update(values)
-    haystack = squash("\n".join([*passages, *seen]))
+    haystack = squash_joined([*passages, *seen])
     asked = squash(question)
     swapped: list[str] = []
     filled: list[str] = []

@@ -152,6 +152,11 @@ _SPACES = re.compile(r"\s+")
 squash = TextMemo(_squash, size=2048, max_chars=8_000)
 
 
+def squash_joined(texts: Iterable[str]) -> str:
+    """`squash` of the texts joined by newlines, from each text's own (remembered) squash."""
+    return " ".join(part for part in map(squash, texts) if part)
+
+
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A light suffix stripper: plural, -ing, -ed (-ies and -ied as -y), -ly, a final -e; enough to match
