@@ -123,7 +123,23 @@ def test_table_and_targets_are_printed(smoke: tuple[subprocess.CompletedProcess[
     assert [c.strip() for c in batched_header.strip().strip("|").split("|")] == BATCHED_COLUMNS
     assert "Targets:" in proc.stdout
     names = [t["target"] for t in report["targets"]]
-    assert len(names) == 6
+    assert len(names) == 10  # issue 7's six, issue 30's four (the llm run's ratio at two sizes, the cascade's two)
+    assert sum("`--judge cascade`" in name for name in names) == 2
     # one line per target, each marked
     marked = [line for line in lines if line.startswith(("- PASS", "- FAIL", "- n/a"))]
-    assert len(marked) == 6
+    assert len(marked) == 10
+    cpu_header = next(line for line in lines if "| triage CPU ms / trace |" in line)
+    assert "| search server CPU ms / trace |" in cpu_header
+
+
+def test_a_saved_run_is_rendered_again_without_running(
+    smoke: tuple[subprocess.CompletedProcess[str], dict], tmp_path: Path
+) -> None:
+    proc, report = smoke
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps(report), encoding="utf-8")
+    command = [sys.executable, str(ROOT / "bench" / "nightly.py"), "--from-json", str(saved)]
+    again = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith(f"| {N} | ")]
+    assert table and all(line in again.stdout.splitlines() for line in table)

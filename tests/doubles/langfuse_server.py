@@ -641,23 +641,27 @@ class LangfuseStandIn:
             except (ValueError, json.JSONDecodeError) as ex:
                 raise HttpProblem(400, "invalid cursor") from ex
 
+        # each filter parsed once, not once a row: the benchmark's reruns read 20,000 rows a request
+        columns = {
+            "id": "id",
+            "name": "name",
+            "environment": "environment",
+            "configId": "configId",
+            "queueId": "queueId",
+            "authorUserId": "authorUserId",
+            "traceId": "traceId",
+            "sessionId": "sessionId",
+            "observationId": "observationId",
+            "experimentId": "datasetRunId",
+        }
+        wanted = [(column, set(_csv(q[key]))) for key, column in columns.items() if q.get(key)]
+        sources = {s.upper() for s in _csv(q["source"])} if q.get("source") else None
+
         def where(r: dict[str, Any]) -> bool:
-            checks: list[tuple[str, Any]] = [
-                ("id", r["id"]),
-                ("name", r["name"]),
-                ("environment", r["environment"]),
-                ("configId", r["configId"]),
-                ("queueId", r["queueId"]),
-                ("authorUserId", r["authorUserId"]),
-                ("traceId", r["traceId"]),
-                ("sessionId", r["sessionId"]),
-                ("observationId", r["observationId"]),
-                ("experimentId", r["datasetRunId"]),
-            ]
-            for key, actual in checks:
-                if q.get(key) and actual not in _csv(q[key]):
+            for column, allowed in wanted:
+                if r[column] not in allowed:
                     return False
-            if q.get("source") and r["source"] not in [s.upper() for s in _csv(q["source"])]:
+            if sources is not None and r["source"] not in sources:
                 return False
             if data_types and r["dataType"] not in data_types:
                 return False

@@ -36,7 +36,7 @@ REPORT_FILE_HELP = "Also write the Markdown report to this file."
 @click.option("--write", is_flag=True, help="Write triage_layer and triage_component scores on the traces.")
 @click.option("--report", is_flag=True, help="Print the Markdown report to standard output.")
 @file_option("--report-file", REPORT_FILE_HELP)
-@concurrency_option("Traces judged at once.", default=8)
+@concurrency_option("Traces judged at once (as many more are searched meanwhile).", default=8)
 @click.option("--force", is_flag=True, help="Triage again traces already scored under this rule version.")
 @click.option(
     "--judge",

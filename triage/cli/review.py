@@ -97,7 +97,7 @@ def calibrate(
     help="A judge to run (repeat for several), optionally named (llm-perfect=llm). Default: heuristic and replay.",
 )
 @click.option("--split", help="Only the labels of this split (for example dev or test). Default: each, and all.")
-@concurrency_option("Traces judged at once.", default=8)
+@concurrency_option("Traces judged at once (as many more are searched meanwhile).", default=8)
 @format_option(EVAL_FORMATS)
 @output_option()
 @click.option(

@@ -25,8 +25,10 @@ heuristic's failure classes live:
   agent saw only in another passage leaves grounding `medium`, and a contradiction those passages
   make (another value for a key, a negated statement, a restriction the answer goes beyond) makes
   the answer surely ungrounded;
-- a miss by a clearly better passage elsewhere is sure where the answer did not take its specifics
-  from the agent's passages, or where the better passage is on a page the agent never retrieved;
+- a miss by a clearly better passage elsewhere (one the index holds, `CLEAR_OUTRANK` better than the
+  agent's best, whether or not it reaches the score that outranks a retrieved passage) is sure where
+  the answer did not take its specifics from the agent's passages, or where the better passage is on
+  a page the agent never retrieved; so is "the index holds it", on that passage;
   a hold is sure where the answer is surely grounded in the best passage, which covers the question;
 - never sure: support by paraphrase alone, a question not in English, a trace whose agent read an
   instruction planted for it (its passages, tool outputs, question or answer).
@@ -172,6 +174,17 @@ def _better_on_a_retrieved_page(c: Containment) -> bool:
     return best is not None and best.passage.source_url in pages
 
 
+def _clear_miss(c: Containment) -> bool:
+    """A passage elsewhere covers the question far better than the agent's best (`CLEAR_OUTRANK`), and
+    the answer did not take its specifics from the agent's passages (an answer that did may have found
+    the answer there in other words); or, where it did, the better passage is on a page the agent
+    never retrieved, by a wider margin (another section of its own page may say what its chunk said
+    in other words). Two signals agree that the agent's passages missed it."""
+    if c.outrank_margin >= CLEAR_OUTRANK and not c.leans_on_retrieved:
+        return True
+    return c.outrank_margin >= CLEAR_OUTRANK_LEANING and not _better_on_a_retrieved_page(c)
+
+
 def _containment_facts(
     sig: Signals, question: str, grounded_there: bool = False
 ) -> tuple[bool, bool | None, Passage | None, dict[str, Evidence]]:
@@ -201,15 +214,9 @@ def _containment_facts(
     if not r_best:
         r_conf: Confidence = "high"
     elif c.outranked:
-        # a miss is clear-cut where two signals agree: a passage elsewhere covers the question much
-        # better, and the answer did not take its specifics from the agent's passages (an answer
-        # that did may have found the answer there in other words)
-        clear = c.outrank_margin >= CLEAR_OUTRANK and not c.leans_on_retrieved
-        # ... or, where it did, the better passage is on a page the agent never retrieved, by a
-        # wider margin (another section of its own page may say what its chunk said in other words)
-        clear = clear or (c.outrank_margin >= CLEAR_OUTRANK_LEANING and not _better_on_a_retrieved_page(c))
+        # a miss is clear-cut where two signals agree (`_clear_miss`)
         r_conf = _band(c.outrank_margin - OUTRANK_MARGIN, 0.15, 0.05)
-        r_conf = "high" if clear else "medium" if r_conf == "high" else r_conf
+        r_conf = "high" if _clear_miss(c) else "medium" if r_conf == "high" else r_conf
     elif retrieved:
         r_conf = _band(c.retrieved_score - c.hold_threshold, HOLD_CLEAR, 0.12)
         rival = c.elsewhere_best.coverage if c.elsewhere_best else 0.0
@@ -230,6 +237,12 @@ def _containment_facts(
         faithful = sig.grounded and not sig.declined and sig.grounding.prose_support is not None
         if r_conf == "high" and (quotes_code(question) or faithful):
             r_conf = "medium"
+        if index and _clear_miss(c):
+            # a passage elsewhere that the index holds (below the score that outranks a passage,
+            # `HOLD_THRESHOLD`, above the index's) covers the question far better: the same two
+            # signals as an outranking passage's
+            r_conf = "high"
+            r_note += ": a far better passage elsewhere"
     evidence = {
         "retrieved_has_answer": Evidence(
             passage_ids=[r_best.passage.id] if r_best else [], confidence=r_conf, note=r_note
@@ -247,8 +260,10 @@ def _containment_facts(
             i_conf, i_note = "medium", "no re-searched passage beyond the retrieved ones holds their subject"
         else:
             i_conf = _band(abs(score - INDEX_THRESHOLD), INDEX_CLEAR, 0.12)
-            if index and c.outranked and c.outrank_margin >= CLEAR_OUTRANK:
-                i_conf = "high"  # it covers the question far better than anything the agent was shown
+            if index and c.outrank_margin >= CLEAR_OUTRANK:
+                # it covers the question far better than anything the agent was shown (whether or
+                # not it reaches the score that outranks a retrieved passage)
+                i_conf = "high"
             i_note = f"best re-searched question coverage elsewhere {score:.2f} ({s_best.passage.id})"
         trap = max((s.coverage for s in c.researched or [] if not s.on_topic), default=0.0)
         if not index and trap >= INDEX_THRESHOLD:
