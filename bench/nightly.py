@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -579,19 +580,24 @@ def cpu_table(results: list[SizeResult]) -> list[str]:
         "| search server CPU ms / search | stand-ins CPU ms / trace |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    for r, mode, run in _runs(results):
+        triaged = max(int(run.figures.get("triaged", 0)) or run.triaged, 1)
+        searches = int(run.figures.get("search_calls", 0))
+        per_search = f"{1000 * run.mcp_cpu / searches:.2f}" if searches else "-"
+        out.append(
+            f"| {r.n} | {r.judge} | {mode} | {_f(run.wall)} | {1000 * run.cpu / triaged:.1f} "
+            f"| {1000 * run.mcp_cpu / triaged:.1f} | {searches / triaged:.2f} | {per_search} "
+            f"| {1000 * run.standin_cpu / triaged:.1f} |"
+        )
+    return out
+
+
+def _runs(results: list[SizeResult]) -> Iterator[tuple[SizeResult, str, TriageRun]]:
+    """Each size's first run, and its `--batch` run where there was one, with the mode's name."""
     for r in results:
         for mode, run in (("direct", r.first), ("--batch", r.batch_mode)):
-            if run is None:
-                continue
-            triaged = max(int(run.figures.get("triaged", 0)) or run.triaged, 1)
-            searches = int(run.figures.get("search_calls", 0))
-            per_search = f"{1000 * run.mcp_cpu / searches:.2f}" if searches else "-"
-            out.append(
-                f"| {r.n} | {r.judge} | {mode} | {_f(run.wall)} | {1000 * run.cpu / triaged:.1f} "
-                f"| {1000 * run.mcp_cpu / triaged:.1f} | {searches / triaged:.2f} | {per_search} "
-                f"| {1000 * run.standin_cpu / triaged:.1f} |"
-            )
-    return out
+            if run is not None:
+                yield r, mode, run
 
 
 def cost_table(results: list[SizeResult]) -> list[str]:
@@ -604,21 +610,18 @@ def cost_table(results: list[SizeResult]) -> list[str]:
         "| $ direct | $ billed | $ / 1000 traces at $3/$15, direct | billed | exit |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in results:
-        for mode, run in (("direct", r.first), ("--batch", r.batch_mode)):
-            if run is None:
-                continue
-            f = run.figures
-            triaged = max(int(f.get("triaged", 0)), 1)
-            calls, tokens_in = int(f.get("judge_calls", 0)), int(f.get("input_tokens", 0))
-            cached, batched = int(f.get("cached_input_tokens", 0)), int(f.get("batch_calls", 0))
-            large = _large_model_cost(f)
-            out.append(
-                f"| {r.n} | {r.judge} | {mode} | {_f(run.wall)} | {_f(calls / triaged, 2)} "
-                f"| {tokens_in / triaged:.0f} | {cached / max(tokens_in, 1):.0%} | {batched / max(calls, 1):.0%} "
-                f"| {f.get('cost_usd', 0):.4f} | {f.get('cost_usd_billed', 0):.4f} "
-                f"| {large[0] * 1000 / triaged:.2f} | {large[1] * 1000 / triaged:.2f} | {run.code} |"
-            )
+    for r, mode, run in _runs(results):
+        f = run.figures
+        triaged = max(int(f.get("triaged", 0)), 1)
+        calls, tokens_in = int(f.get("judge_calls", 0)), int(f.get("input_tokens", 0))
+        cached, batched = int(f.get("cached_input_tokens", 0)), int(f.get("batch_calls", 0))
+        large = _large_model_cost(f)
+        out.append(
+            f"| {r.n} | {r.judge} | {mode} | {_f(run.wall)} | {_f(calls / triaged, 2)} "
+            f"| {tokens_in / triaged:.0f} | {cached / max(tokens_in, 1):.0%} | {batched / max(calls, 1):.0%} "
+            f"| {f.get('cost_usd', 0):.4f} | {f.get('cost_usd_billed', 0):.4f} "
+            f"| {large[0] * 1000 / triaged:.2f} | {large[1] * 1000 / triaged:.2f} | {run.code} |"
+        )
     return out
 
 

@@ -126,7 +126,6 @@ class Progress:
         )
 
 
-
 def comments(votes: Sequence[Vote]) -> list[str]:
     """The votes' non-empty comments, stripped."""
     return [v.comment.strip() for v in votes if v.comment and v.comment.strip()]
@@ -179,7 +178,6 @@ class Ledger:
             reason,
             extra={"event": "undecided", "trace_id": trace_id, "kind": kind},
         )
-
 
 
 def empty_answer_facts(facts: Facts) -> Facts:
@@ -349,7 +347,7 @@ class VerdictMaker:
                 write_facts_line(trace.id, facts, judge=verdict.judge, prompt_version=verdict.prompt_version)
                 + "\n"
             )
-        scores = self.scores_for(verdict, trace, votes)
+        scores = self.scores_for(verdict, trace, votes, sure=path.sure)
         entry = Entry(
             trace_id=trace.id,
             layer=layer,
@@ -367,7 +365,7 @@ class VerdictMaker:
         )
         return entry, scores
 
-    def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote]) -> list[ScoreBody]:
+    def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote], *, sure: bool) -> list[ScoreBody]:
         names = self.config.scores
         stamp = score_timestamp(trace.start_time, min(v.timestamp for v in votes))
         metadata = VerdictMeta(
@@ -378,7 +376,7 @@ class VerdictMaker:
             owners=verdict.owners,
             component_from=verdict.component_from,
             votes=[v.id for v in votes],
-            sure=walk(verdict.facts, self.config.agent.issues_collection).sure,
+            sure=sure,  # the rule's path read once, in `_triage`
         ).to_metadata()
         return [
             ScoreBody(
