@@ -242,6 +242,8 @@ class _Backend:
 
     def __init__(self, down: bool = False, hang: float = 0.0) -> None:
         self.down, self.hang = down, hang
+        self.hold = False  # calls wait, counted in `held`, until it is cleared
+        self.held = 0
         self.calls = 0
         self.first_call: float | None = None
         self.server = MCPServer("fake docs agent")
@@ -254,14 +256,18 @@ class _Backend:
             self.first_call = self.first_call or time.monotonic()
             if self.hang:
                 await anyio.sleep(self.hang)
+            if self.hold:
+                self.held += 1
+                while self.hold:
+                    await anyio.sleep(0.01)
             if self.down:
                 return FAILED
             return f"### Result 1 (score: 1.0000)\n**Source:** https://example.test/{name}\n\n{query}\n"
 
         return search
 
-    def app(self) -> ASGIApp:
-        return self.server.streamable_http_app(host="127.0.0.1")
+    def app(self, json_response: bool = False) -> ASGIApp:
+        return self.server.streamable_http_app(host="127.0.0.1", json_response=json_response)
 
 
 def test_a_backend_failing_every_search_is_asked_a_bounded_number_of_times() -> None:
@@ -397,6 +403,38 @@ async def test_a_forgotten_session_is_replaced_and_the_search_made_again_on_it()
             assert searcher.sessions == 2
             assert searcher.calls == 3  # "after" twice: on the lost session, then on the new one
             assert len(manager._server_instances) == 1
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+@pytest.mark.anyio
+async def test_calls_in_flight_when_the_server_ends_the_session_are_made_again_on_a_new_one(
+    json_response: bool,
+) -> None:
+    """The server ends the session (idle time-out, eviction, DELETE) while searches wait on it. In
+    JSON-response mode it answers each of them 500 / INTERNAL_ERROR "Session terminated before the
+    request completed" (`triage index serve` runs that way): a lost session, not a failed search."""
+    backend = _Backend()
+    with _serving(backend.app(json_response=json_response)) as url:
+        async with McpSearcher(url=url, tools=TOOLS) as searcher, anyio.create_task_group() as group:
+            found: dict[str, list[str]] = {}
+
+            async def search(query: str) -> None:
+                found[query] = [p.text for p in await searcher.search(query, "docs", 5)]
+
+            backend.hold = True
+            for query in ("one", "two", "three"):
+                group.start_soon(search, query)
+            with anyio.fail_after(10):
+                while backend.held < 3:
+                    await anyio.sleep(0.01)
+            manager = backend.server.session_manager
+            [session] = list(manager._server_instances)
+            async with httpx.AsyncClient() as client:
+                (await client.delete(url, headers={"mcp-session-id": session})).raise_for_status()
+            backend.hold = False
+        assert found == {"one": ["one"], "two": ["two"], "three": ["three"]}
+        assert searcher.sessions == 2
+        assert backend.calls == 6  # each search reached the backend on both sessions
 
 
 @needs_corpus

@@ -102,7 +102,11 @@ def session_lost(exc: BaseException) -> bool:
     if isinstance(exc, MCPError):
         if exc.code == types.CONNECTION_CLOSED:
             return True
-        return exc.code == types.INVALID_REQUEST and exc.error.message.casefold().startswith(_LOST_MESSAGES)
+        # a server in JSON-response mode answers the calls in flight when it ends a session with
+        # a 500 / INTERNAL_ERROR "Session terminated before the request completed"
+        return exc.code in (types.INVALID_REQUEST, types.INTERNAL_ERROR) and exc.error.message.casefold().startswith(
+            _LOST_MESSAGES
+        )
     return False
 
 
