@@ -48,7 +48,8 @@ MCP_RECONNECT = RetryPolicy(attempts=6, initial=0.5, maximum=4.0, jitter=0.0)
 PROBE_SECONDS = 30.0
 
 #: what a server says when it no longer knows the session: its own JSON-RPC error at HTTP 404
-#: ("Session not found"), or the SDK's stand-in for a bare 404 ("Session terminated")
+#: ("Session not found"), the SDK's stand-in for a bare 404 ("Session terminated"), or, to a call
+#: in flight when the session ended, a JSON-response server's 500 ("Session terminated before ...")
 _LOST_MESSAGES = ("session not found", "session terminated")
 
 
