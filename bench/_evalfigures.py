@@ -37,6 +37,10 @@ def holds_all(needs: list[str], texts: list[str]) -> bool:
     return bool(needs) and all(any(_norm(n) in t for t in joined) for n in needs)
 
 
+def holds_any(needs: list[str], text: str) -> bool:
+    return any(_norm(n) in _norm(text) for n in needs)
+
+
 def shown_texts(passages: list[Passage], question: str) -> list[str]:
     """The passage texts as the containment prompt shows them (capped, chosen, cleaned)."""
     shown = passage_set("research", "S", passages, prompts.new_nonce(), question)
@@ -94,7 +98,9 @@ async def figures(
             why = "the agent's passages hold it"
         else:
             more = await researcher.more(case["needs"][:2], research[case["id"]], traces[case["id"]].passages)
-            found_more = holds_all(case["needs"], shown_texts(more, traces[case["id"]].question))
+            # the follow-up is shown the re-searched passages that held part of the answer again
+            carried = [p for p in research[case["id"]] if holds_any(case["needs"], p.text)]
+            found_more = holds_all(case["needs"], shown_texts([*carried, *more], traces[case["id"]].question))
             recovered += found_more
             why = "the judge's own search shows it" if found_more else "the judge's own search misses it too"
         print(

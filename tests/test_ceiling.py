@@ -34,6 +34,13 @@ CASES = [
 
 #: cases the job still gets wrong with a perfect model, and why (none since the judge may search)
 KNOWN_MISSES: set[str] = set()
+#: ... and where the cascade takes a wrong `high` fact of the offline judge. kf-088 ("How do I run
+#: PySpark from a Kubeflow notebook against the Spark Operator?", a content gap): an issue thread
+#: written blind for kf-275 (PySpark executors OOMKilled) covers 0.74 of the question's weighted
+#: words against the agent's 0.24, which the offline judge reads as a clear miss (`high`: the index
+#: holds it) as it does for the tool-routing cases beside it (0.62 to 1.00, all right). A lexical
+#: trap no word count tells from an answer; found on a dev case by the seventh blind batch
+CASCADE_MISSES = {"kf-088": "containment settled"}
 #: components the job places otherwise than the label, and why. kf-167 ("Where can I chat with other
 #: Spark Operator users on Slack?", no search call): the question's keywords name spark-operator,
 #: the label the community pages (`general`); with no source to read, keywords are all there is
@@ -45,8 +52,10 @@ COMPONENT_MISSES = {"kf-167"}
 #: kf-259 ("an official Terraform module ... to install Kubeflow 1.10, so it fits into our pipeline?"):
 #: "install" and "pipeline" tie, and the tie goes to the component listed first (`pipelines`); the
 #: model and the label say `manifests`. Breaking ties by the earliest hit instead is a wash on the
-#: whole set (234 of 262 components against 235)
-CASCADE_COMPONENT_MISSES = {"kf-200", "kf-259"}
+#: whole set (234 of 262 components against 235). kf-289 ("Kubeflow sessions never expire ... Where
+#: do I set the session timeout?", a content gap the heuristic is sure of): no catalogue keyword,
+#: so `general`; the label says `manifests` (oauth2-proxy and Dex, which the question does not name)
+CASCADE_COMPONENT_MISSES = {"kf-200", "kf-259", "kf-289"}
 #: where the re-search does not show the judge the answer, and the agent's passages lack it too,
 #: the model judge's own search in the docs' words (`search.judge_queries`) must. kf-039: the answer
 #: ("the pipeline job name", `dsl.PIPELINE_JOB_NAME_PLACEHOLDER`) shares no rare word with the
@@ -82,6 +91,8 @@ def test_every_case_lands_on_its_layer_with_a_perfect_model(
     assert "did not know" not in text  # the perfect model recognised every question
     run = runs[judge, "all"]
     expected = set() if judge == "replay" else {f"eval-{c}" for c in KNOWN_MISSES}
+    if judge == "cascade-perfect":
+        expected |= {f"eval-{c}" for c in CASCADE_MISSES}
     assert run["cases"] == len(CASES) and run["triaged"] == len(CASES)
     assert {m["trace_id"] for m in run["misses"]} == expected
     component_misses = COMPONENT_MISSES | (CASCADE_COMPONENT_MISSES if judge == "cascade-perfect" else set())
@@ -99,10 +110,14 @@ def test_the_cascade_asks_the_model_less_than_the_llm_judge(ceiling: tuple[dict[
 def test_every_cascade_shortcut_is_right_wherever_it_fires(ceiling: tuple[dict[tuple[str, str], Any], str]) -> None:
     _, text = ceiling
     lines = text.split("cascade shortcuts on the whole set", 1)[1].strip().splitlines()[1:]
-    figures = dict(re.findall(r"^  (.+?): (\d+/\d+ = [\d.]+|never fires)", "\n".join(lines), re.MULTILINE))
+    row = r"^  (.+?): (\d+/\d+ = [\d.]+|never fires)(?:; wrong on (.+))?$"
+    figures = re.findall(row, "\n".join(lines), re.MULTILINE)
     assert len(figures) == len(CascadeJudge.SHORTCUTS), lines
-    for name, figure in figures.items():
-        assert figure == "never fires" or figure.endswith("= 1.00"), f"{name}: {figure}"
+    wrong = {case: name for name, _, cases in figures for case in cases.split(", ") if cases}
+    assert wrong == CASCADE_MISSES  # each wrong shortcut known, with its reason above
+    for name, figure, _ in figures:
+        right, fired = (int(n) for n in re.findall(r"\d+", figure)[:2]) if figure != "never fires" else (0, 0)
+        assert right == fired - sum(1 for shortcut in CASCADE_MISSES.values() if shortcut == name), figure
 
 
 def test_the_re_search_and_the_judge_s_own_search_find_the_answer_of_every_case(

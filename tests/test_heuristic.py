@@ -13,6 +13,7 @@ from triage.domain.rule import decide
 from triage.judges import heuristic as cont
 from triage.judges.grounding import (
     Grounding,
+    affirmed_negations,
     answer_text,
     arithmetic,
     bound_names,
@@ -459,6 +460,34 @@ def test_a_negation_contradicts_a_positive_passage() -> None:
     passages = ["Kubeflow Trainer supports frameworks including PyTorch, MLX, JAX and XGBoost."]
     assert negation_contradictions("JAX and MLX are not supported.", passages)
     assert not negation_contradictions("TPUs are not supported.", passages)
+
+
+def test_a_term_a_passage_denies_stated_by_the_answer_is_found() -> None:
+    """The reverse of a negated answer: the passage denies a term ("non-default", "not
+    recommended"), an answer sentence on the same subject states it with no negation."""
+    passages = [
+        "Caching is enabled for non-default pipeline roots only after the admin sets the flag.",
+        "Running the metadata store on SQLite is not recommended for shared clusters.",
+    ]
+    assert affirmed_negations("Caching is enabled for default pipeline roots at once.", passages) == ["default"]
+    assert affirmed_negations("SQLite is the recommended metadata store for shared clusters.", passages) == [
+        "recommended"
+    ]
+    # said with the passage's own negation, on another subject, or a word that claims nothing
+    assert not affirmed_negations("Caching works for non-default pipeline roots.", passages)
+    assert not affirmed_negations("SQLite is not recommended for shared clusters.", passages)
+    assert not affirmed_negations("The default image is python:3.11.", passages)
+    assert not affirmed_negations("It is only a flag.", ["This is not only a flag for the admin."])
+
+
+def test_grounding_is_never_sure_where_the_answer_states_what_a_passage_denies() -> None:
+    affirmed = Grounding(checked=4, prose_support=0.97, affirmed=["recommended"])
+    assert _grounding_confidence(affirmed) == "medium"
+    assert _grounding_confidence(Grounding(checked=4, prose_support=0.97)) == "high"
+    passages = ["Running the metadata store on SQLite is not recommended for shared clusters."]
+    answer = "SQLite is the recommended metadata store for shared clusters."
+    found = check(answer, passages, passages)
+    assert found.grounded and found.affirmed == ["recommended"]
 
 
 def test_a_negation_with_a_typographic_apostrophe() -> None:

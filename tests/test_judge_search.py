@@ -1,5 +1,6 @@
 """The model judge's own search: where no passage shown holds the answer, the model may name queries
-in the docs' vocabulary; they are searched and call A is asked again over the new passages only.
+in the docs' vocabulary; they are searched and call A is asked again over the new passages (and
+the re-searched ones it found part of the answer in).
 
 Through the real `openai` client against a scripted local server; the follow-up search is the real
 `Researcher.more` over a scripted searcher (its own tests are at the end).
@@ -312,3 +313,36 @@ async def test_a_failed_search_is_not_remembered() -> None:
     searcher.failing = frozenset()  # the server is back
     assert [p.text for p in await researcher.more(["a"], [])] == ["chunk 1"]
     assert len(searcher.queries) == 2
+
+
+async def test_an_answer_split_across_a_re_searched_and_a_followed_up_passage_is_found_whole() -> None:
+    """The re-search shows one half of the answer (`partial`), the judge's own search finds the
+    other: the follow-up is shown the half it had again beside the new passage, so the two are
+    read together (a page cut into chunks, one re-searched and one followed up)."""
+    from tests.doubles.perfect_model import PerfectModel
+
+    case = {
+        "id": "kf-901",
+        "question": "Which port must a custom notebook image listen on, and under which path?",
+        "facts": {"answer_grounded": False, "answer_declined": False, "index_has_answer": True},
+        "component": "notebooks",
+        "needs": ["port `8888`", "NB_PREFIX"],
+        "tags": [],
+    }
+    page = "https://www.kubeflow.org/docs/components/notebooks/images/"
+    half = Passage(id="S1", source_url=page, collection="docs", text="Images expose HTTP on port `8888`.")
+    other = Passage(id="S3", source_url=page, collection="docs", text="Kubeflow sets `NB_PREFIX` at runtime.")
+    trace = make_trace(passages=OFF_TOPIC, answer="Any port will do.").model_copy(
+        update={"question": case["question"]}
+    )
+    more = Following([other])
+    with PerfectModel([case]) as model:
+        async with openai.AsyncOpenAI(base_url=model.url, api_key="test") as client:
+            facts = await make_judge(client).judge(
+                JudgeRequest(trace, [half, RESEARCH[1]], None, base_for(trace), search_more=more)
+            )
+        assert model.unknown == []
+    assert more.asked == [["port `8888`", "NB_PREFIX"]]
+    assert facts.retrieved_has_answer is False and facts.index_has_answer is True
+    assert facts.evidence["index_has_answer"].passage_ids == ["S1", "S3"]
+    assert decide(facts).value == "retrieval"

@@ -135,6 +135,8 @@ class Grounding:
     outside: list[str] = field(default_factory=list)
     #: where there are `contradictions`, those the passages that answer make themselves
     against_answering: list[str] = field(default_factory=list)
+    #: terms the passages that answer deny and the answer states (`affirmed_negations`)
+    affirmed: list[str] = field(default_factory=list)
 
     @property
     def grounded(self) -> bool:
@@ -360,6 +362,45 @@ def negation_contradictions(answer: str, passages: Sequence[str], question: str 
     return found
 
 
+#: a term a passage sentence denies ("for non-production experiments", "is not production-ready",
+#: "never recommended"): the negating word or prefix, then the term
+_NEGATED_TERM = re.compile(r"(?<![\w-])(?:non-|not\s+|never\s+)([a-z][a-z-]{3,})", re.IGNORECASE)
+#: words after "not" that carry no claim of their own ("not only", "not just", "not have")
+_NOT_A_TERM = frozenset(
+    "only just also even always have been being need needed needs that this these those sure much "
+    "many more very well when where what which while with from into".split()
+)
+
+
+def affirmed_negations(answer: str, passages: Sequence[str]) -> list[str]:
+    """The reverse of `negation_contradictions`: terms a passage sentence denies ("for non-production
+    experiments") that an answer sentence on the same subject (two more words in common) states
+    with no negation at all ("the recommended production setup"). A polarity the answer may have
+    flipped: not proof of a contradiction (the answer may speak of something else), so it only
+    keeps grounding from being sure."""
+    denied: list[tuple[str, frozenset[str]]] = []
+    for text in passages:
+        for sentence in _SENTENCE.split(plain(text)):
+            for match in _NEGATED_TERM.finditer(sentence):
+                term = match.group(1).lower().strip("-")
+                if term not in _NOT_A_TERM:
+                    denied.append((term, word_set(sentence)))
+    if not denied:
+        return []
+    found: list[str] = []
+    for sentence in _SENTENCE.split(plain(answer)):
+        lowered = sentence.lower()
+        if _NEGATION.search(sentence) or not lowered.strip():
+            continue
+        words = word_set(sentence)
+        for term, passage_words in denied:
+            at = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w])", lowered)
+            if at and len((words & passage_words) - word_set(term)) >= 2:
+                found.append(term)
+                break
+    return list(dict.fromkeys(found))
+
+
 #: a word that restricts a statement to what follows it ("works only with `StdOut` or `File`")
 _RESTRICTION = re.compile(r"\b(?:only|solely|exclusively)\b", re.IGNORECASE)
 #: a specific of one piece (`TensorFlowEvent`, `StdOut`): what a restricted list names
@@ -534,6 +575,7 @@ def check(
         filled=filled,
         outside=outside,
         against_answering=against,
+        affirmed=affirmed_negations(text, passages if answering is None else answering),
     )
 
 

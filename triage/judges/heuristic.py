@@ -327,8 +327,9 @@ def _grounding_evidence(sig: Signals, answer: str = "") -> Evidence:
             note=f"all {g.checked} specifics seen, {len(g.outside)} only outside the passages that answer "
             f"({g.outside[0]}){prose_note}",
         )
-    # an example the passages give, filled in with the question's values, may be the wrong example
-    clear = g.checked >= 3 and prose is not None and prose >= PROSE_CLEAR and not g.filled
+    # an example the passages give, filled in with the question's values, may be the wrong example;
+    # a term the passages deny and the answer states may be a flipped polarity
+    clear = g.checked >= 3 and prose is not None and prose >= PROSE_CLEAR and not g.filled and not g.affirmed
     # a clean decline (a listed phrase, in English) whose other words are the passages': it claims
     # nothing the passages do not say. One that guesses on ("typically around 100m") is the
     # "the docs don't say, but ..." answer, an invention after all
@@ -343,9 +344,10 @@ def _grounding_evidence(sig: Signals, answer: str = "") -> Evidence:
         f"; the passages' example filled in with the question's values ({g.filled[0]})" if g.filled else ""
     )
     decline_note = "; a decline that claims nothing else" if clean_decline and not clear else ""
+    affirmed_note = f"; states what a passage denies ({', '.join(g.affirmed[:3])})" if g.affirmed else ""
     return Evidence(
         confidence="high" if clear or clean_decline else "medium" if prose is None or prose >= 0.75 else "low",
-        note=f"all {g.checked} specifics seen{prose_note}{filled_note}{decline_note}",
+        note=f"all {g.checked} specifics seen{prose_note}{filled_note}{decline_note}{affirmed_note}",
     )
 
 

@@ -227,9 +227,10 @@ class LLMJudge:
         search_more: SearchMore | None,
     ) -> tuple[ContainmentReply, PassageSet, PassageSet | None, list[Passage]]:
         """Call A, and where no set holds the answer and the model names queries in the docs'
-        vocabulary, those searched and call A asked again over the new passages only (numbered on
-        from the re-search's S ids; never the answer): the one way past a question whose words are
-        not the docs' words. Also returns the new passages, for the injection detector."""
+        vocabulary, those searched and call A asked again over the new passages (numbered on from
+        the re-search's S ids; never the answer) and the re-searched ones its `partial` verdict
+        cited: the one way past a question whose words are not the docs' words. Also returns the
+        new passages, for the injection detector."""
         asking = self.search_again if search_more is not None and research is not None else 0
         reply, r_set, s_set = await self._containment(trace, research, comment, usage, search_again=asking)
         queries = [q for q in (reply.search_again.queries if reply.search_again else []) if q.strip()]
@@ -239,8 +240,12 @@ class LLMJudge:
         found = await search_more(queries[:asking])
         if not found:
             return reply, r_set, s_set, []
+        # the re-searched passages the first reply found part of the answer in are shown again with
+        # the new ones: an answer split across two chunks of a page, one re-searched and one found
+        # by the follow-up, is whole only where both are seen together
+        carried = self._partly(reply, research)
         try:
-            more, _, more_set = await self._containment(trace, None, comment, usage, only=found)
+            more, _, more_set = await self._containment(trace, None, comment, usage, only=[*carried, *found])
         except JudgeError as ex:  # rejected or unavailable; a ConfigError (a bad key) still stops the run
             # extra evidence that failed: the first reply stands, the new passages are still read
             log.info("trace %s: the follow-up call failed (%s); the first verdict stands", trace.id, ex)
@@ -257,6 +262,14 @@ class LLMJudge:
         )
         merged = self._with_more(reply, s_set, more, queries[:asking])
         return merged, r_set, s_set.joined(more_set), found
+
+    @staticmethod
+    def _partly(reply: ContainmentReply, research: list[Passage] | None) -> list[Passage]:
+        """The re-searched passages the reply cites for a `partial` verdict (none for another)."""
+        if reply.research is None or reply.research.verdict != "partial" or not research:
+            return []
+        cited = {q.passage_id for q in reply.research.evidence}
+        return [p for p in research if p.id in cited]
 
     def _answered(self, reply: ContainmentReply, r_set: PassageSet, s_set: PassageSet) -> bool:
         verdicts = [reply.retrieved if r_set.passages else None, reply.research if s_set.passages else None]

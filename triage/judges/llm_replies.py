@@ -91,8 +91,10 @@ class PassageSet:
     blocks: dict[str, Block] = field(default_factory=dict)
 
     def joined(self, more: PassageSet) -> PassageSet:
-        """This set and a follow-up's passages (ids numbered on, so none is shadowed) as one set."""
-        return PassageSet(self.key, self.prefix, [*self.passages, *more.passages], {**self.blocks, **more.blocks})
+        """This set and a follow-up's passages (ids numbered on, so none is shadowed; one the
+        follow-up was shown again is listed once) as one set."""
+        added = [p for p in more.passages if p.get("id") not in self.blocks]
+        return PassageSet(self.key, self.prefix, [*self.passages, *added], {**self.blocks, **more.blocks})
 
 
 def passage_set(
