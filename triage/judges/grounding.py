@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from triage.domain.kernel import TextMemo
 from triage.judges.offline_text import (
     FILE_EXTENSIONS,
     GROUPED_NUMBER,
@@ -372,19 +373,28 @@ _NOT_A_TERM = frozenset(
 )
 
 
+def _find_denied_terms(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """Each term a sentence of `text` denies, with that sentence's words."""
+    denied: list[tuple[str, frozenset[str]]] = []
+    for sentence in _SENTENCE.split(plain(text)):
+        for match in _NEGATED_TERM.finditer(sentence):
+            term = match.group(1).lower().strip("-")
+            if term not in _NOT_A_TERM:
+                denied.append((term, word_set(sentence)))
+    return tuple(denied)
+
+
+#: a passage recurs across a night's traces: its denied terms are read once
+_denied_terms = TextMemo(_find_denied_terms, size=2048)
+
+
 def affirmed_negations(answer: str, passages: Sequence[str]) -> list[str]:
     """The reverse of `negation_contradictions`: terms a passage sentence denies ("for non-production
     experiments") that an answer sentence on the same subject (two more words in common) states
     with no negation at all ("the recommended production setup"). A polarity the answer may have
     flipped: not proof of a contradiction (the answer may speak of something else), so it only
     keeps grounding from being sure."""
-    denied: list[tuple[str, frozenset[str]]] = []
-    for text in passages:
-        for sentence in _SENTENCE.split(plain(text)):
-            for match in _NEGATED_TERM.finditer(sentence):
-                term = match.group(1).lower().strip("-")
-                if term not in _NOT_A_TERM:
-                    denied.append((term, word_set(sentence)))
+    denied = [found for text in passages for found in _denied_terms(text)]
     if not denied:
         return []
     found: list[str] = []
@@ -394,8 +404,8 @@ def affirmed_negations(answer: str, passages: Sequence[str]) -> list[str]:
             continue
         words = word_set(sentence)
         for term, passage_words in denied:
-            at = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w])", lowered)
-            if at and len((words & passage_words) - word_set(term)) >= 2:
+            stated = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w])", lowered) is not None
+            if stated and len((words & passage_words) - word_set(term)) >= 2:
                 found.append(term)
                 break
     return list(dict.fromkeys(found))
