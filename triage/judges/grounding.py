@@ -221,11 +221,19 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
     """Specifics of `answer` in none of the texts seen, and how many were checked."""
     texts = list(seen)
     haystack = squash_joined(texts)
-    haystack_words = {w for w in re.split(r"[^\w]+", haystack) if w}
     q = squash(question)
     q_spaced = _SEPARATORS.sub(" ", q)
-    shown = _numbers("\n".join(texts))
-    templates: list[tuple[str, ...]] | None = None  # made when first needed
+    # made when first needed: most specifics are found in the haystack itself
+    words_seen: set[str] | None = None
+    shown: set[Fraction] | None = None
+    templates: list[tuple[str, ...]] | None = None
+
+    def haystack_words() -> set[str]:
+        nonlocal words_seen
+        if words_seen is None:
+            words_seen = {w for w in re.split(r"[^\w]+", haystack) if w}
+        return words_seen
+
     bound = bound_names(answer)
     missing: list[str] = []
     checked = 0
@@ -241,14 +249,14 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             and _words_in(_SEPARATORS.sub(" ", needle).strip(), q_spaced)
         ):
             continue  # the question's own words, joined: "simulated annealing" as `simulated-annealing`
-        if not number and own_name(needle, bound, haystack_words):
+        if not number and bound and own_name(needle, bound, haystack_words()):
             continue  # the answer's own variable (`lgbm_task` in its `lgbm_task = train_lgbm()`)
         named = _FILE_NAME.fullmatch(needle)
         if named and re.search(r"[-_\d]", named.group(1)) and _words_in(named.group(1), q):
             # a file named after the question's own name (`ml-research.yaml` for "ml-research"); a
             # plain word is no name (`profile.yaml` for "a profile" is the answer's choice)
             continue
-        if _PLACEHOLDER.search(item) and not _seen_call_chain(needle, haystack, haystack_words):
+        if _PLACEHOLDER.search(item) and not _seen_call_chain(needle, haystack, haystack_words()):
             # a template: what is left once the placeholders are cut out must still be seen
             rest = [squash(part) for part in _PLACEHOLDER.split(item)]
             rest = [part for part in rest if len(re.sub(r"[^\w]", "", part)) > 2]
@@ -261,15 +269,15 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             continue  # a number is seen as a number: `90` is not inside `9090`, `10` not in `v1.10`
         if " " in needle and all(tok in haystack for tok in needle.split() if len(tok) > 1):
             continue  # a code span made only of seen tokens (a command line, reworded)
-        if _seen_call_chain(needle, haystack, haystack_words):
+        if _seen_call_chain(needle, haystack, haystack_words()):
             continue  # seen calls with seen arguments: `.set_caching_options(True)`
         if _page_seen(needle, haystack):
             continue  # the page is seen; the anchor or slash is the answer's own
         if _KEY_PATH.fullmatch(item) and all(f"{seg.lower()}:" in haystack for seg in item.split(".")):
             continue  # a path of nested YAML keys, each one seen as a key: `runtimeRef.name`
-        if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words for part in item.split("/")):
+        if _KIND_NAME.fullmatch(item) and all(part.lower() in haystack_words() for part in item.split("/")):
             continue  # Kubernetes `Kind/name` notation for a seen kind and a seen name
-        if _KIND_PLURAL.fullmatch(item) and item[:-1].lower() in haystack_words:
+        if _KIND_PLURAL.fullmatch(item) and item[:-1].lower() in haystack_words():
             continue  # a seen kind in the plural, as prose writes it: `SparkApplications`
         if GROUPED_NUMBER.fullmatch(needle) and _whole_number_in(needle.replace(",", ""), haystack):
             continue  # `1,000` where the passages write `1000`
@@ -277,8 +285,10 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
             ungrouped = GROUPED_NUMBER.sub(_ungroup, haystack) if ungrouped is None else ungrouped
             if _whole_number_in(needle, ungrouped):
                 continue  # `1000` where the passages write `1,000`
-        if _NUM.fullmatch(needle.replace(",", "")) and arithmetic(needle.replace(",", ""), shown):
-            continue
+        if _NUM.fullmatch(needle.replace(",", "")):
+            shown = _numbers("\n".join(texts)) if shown is None else shown
+            if arithmetic(needle.replace(",", ""), shown):
+                continue
         if not number:
             templates = templates_of("\n".join(texts)) if templates is None else templates
             if fills_template(needle, templates):
@@ -343,12 +353,20 @@ def value_contradictions(
     return _swaps(answer, passages, seen, question)[0]
 
 
+def _find_positive_sentences(text: str) -> tuple[frozenset[str], ...]:
+    """The words of each sentence of `text` that negates nothing."""
+    return tuple(word_set(s) for s in _SENTENCE.split(plain(text)) if s.strip() and not _NEGATION.search(s))
+
+
+#: a passage recurs across a night's traces: its sentences are read once
+_positive_sentences = TextMemo(_find_positive_sentences, size=2048)
+
+
 def negation_contradictions(answer: str, passages: Sequence[str], question: str = "") -> list[str]:
     """Answer sentences that deny what a passage states: a term negated in the answer ("X is not
     supported") that a passage sentence gives without any negation, near the same subject."""
     found = []
-    passage_sentences = [s for text in passages for s in _SENTENCE.split(plain(text)) if s.strip()]
-    positive = [word_set(s) for s in passage_sentences if not _NEGATION.search(s)]
+    positive = [words for text in passages for words in _positive_sentences(text)]
     for sentence in _SENTENCE.split(plain(answer)):
         match = _DECLARATIVE_NEGATION.search(sentence)
         if not match:
