@@ -353,20 +353,53 @@ def value_contradictions(
     return _swaps(answer, passages, seen, question)[0]
 
 
-def _find_positive_sentences(text: str) -> tuple[frozenset[str], ...]:
-    """The words of each sentence of `text` that negates nothing."""
-    return tuple(word_set(s) for s in _SENTENCE.split(plain(text)) if s.strip() and not _NEGATION.search(s))
+#: a term a passage sentence denies ("for non-production experiments", "is not production-ready",
+#: "never recommended"): the negating word or prefix, then the term
+_NEGATED_TERM = re.compile(r"(?<![\w-])(?:non-|not\s+|never\s+)([a-z][a-z-]{3,})", re.IGNORECASE)
+#: words after "not" that carry no claim of their own ("not only", "not just", "not have")
+_NOT_A_TERM = frozenset(
+    "only just also even always have been being need needed needs that this these those sure much "
+    "many more very well when where what which while with from into".split()
+)
 
 
-#: a passage recurs across a night's traces: its sentences are read once
-_positive_sentences = TextMemo(_find_positive_sentences, size=2048)
+@dataclass(frozen=True)
+class _Sentence:
+    """One sentence of a passage, as the polarity checks read it."""
+
+    words: frozenset[str]
+    #: it negates something (then it states nothing positive for `negation_contradictions`)
+    negates: bool
+    #: the terms it denies (`_NEGATED_TERM`), for `affirmed_negations`
+    denied: tuple[str, ...]
+
+
+def _read_sentences(text: str) -> tuple[_Sentence, ...]:
+    out = []
+    for sentence in _SENTENCE.split(plain(text)):
+        if not sentence.strip():
+            continue
+        denied = (m.group(1).lower().strip("-") for m in _NEGATED_TERM.finditer(sentence))
+        out.append(
+            _Sentence(
+                word_set(sentence),
+                _NEGATION.search(sentence) is not None,
+                tuple(term for term in denied if term not in _NOT_A_TERM),
+            )
+        )
+    return tuple(out)
+
+
+#: a passage recurs across a night's traces, and both polarity checks read its sentences: each
+#: passage is split and read once
+_sentences = TextMemo(_read_sentences, size=2048)
 
 
 def negation_contradictions(answer: str, passages: Sequence[str], question: str = "") -> list[str]:
     """Answer sentences that deny what a passage states: a term negated in the answer ("X is not
     supported") that a passage sentence gives without any negation, near the same subject."""
     found = []
-    positive = [words for text in passages for words in _positive_sentences(text)]
+    positive = [one.words for text in passages for one in _sentences(text) if not one.negates]
     for sentence in _SENTENCE.split(plain(answer)):
         match = _DECLARATIVE_NEGATION.search(sentence)
         if not match:
@@ -381,38 +414,13 @@ def negation_contradictions(answer: str, passages: Sequence[str], question: str 
     return found
 
 
-#: a term a passage sentence denies ("for non-production experiments", "is not production-ready",
-#: "never recommended"): the negating word or prefix, then the term
-_NEGATED_TERM = re.compile(r"(?<![\w-])(?:non-|not\s+|never\s+)([a-z][a-z-]{3,})", re.IGNORECASE)
-#: words after "not" that carry no claim of their own ("not only", "not just", "not have")
-_NOT_A_TERM = frozenset(
-    "only just also even always have been being need needed needs that this these those sure much "
-    "many more very well when where what which while with from into".split()
-)
-
-
-def _find_denied_terms(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
-    """Each term a sentence of `text` denies, with that sentence's words."""
-    denied: list[tuple[str, frozenset[str]]] = []
-    for sentence in _SENTENCE.split(plain(text)):
-        for match in _NEGATED_TERM.finditer(sentence):
-            term = match.group(1).lower().strip("-")
-            if term not in _NOT_A_TERM:
-                denied.append((term, word_set(sentence)))
-    return tuple(denied)
-
-
-#: a passage recurs across a night's traces: its denied terms are read once
-_denied_terms = TextMemo(_find_denied_terms, size=2048)
-
-
 def affirmed_negations(answer: str, passages: Sequence[str]) -> list[str]:
     """The reverse of `negation_contradictions`: terms a passage sentence denies ("for non-production
     experiments") that an answer sentence on the same subject (two more words in common) states
     with no negation at all ("the recommended production setup"). A polarity the answer may have
     flipped: not proof of a contradiction (the answer may speak of something else), so it only
     keeps grounding from being sure."""
-    denied = [found for text in passages for found in _denied_terms(text)]
+    denied = [(term, one.words) for text in passages for one in _sentences(text) for term in one.denied]
     if not denied:
         return []
     found: list[str] = []
