@@ -412,3 +412,15 @@ def test_a_triage_score_from_before_the_window_still_gives_the_layer(tmp_path: P
         (item,) = store.dataset_items(DATASET).values()
     assert [(c.trace_id, c.action, c.layer) for c in result.cases] == [("t-old", "created", "retrieval")]
     assert item.metadata["layer"] == "retrieval" and item.expected_output["answer"] == "b."
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_mistyped_store_is_named_never_made(tmp_path: Path, dry_run: bool) -> None:
+    """Issue 37: `promote --dry-run` made an empty store at a mistyped TRIAGE_STORE (and promoted
+    nothing from it, exit 0)."""
+    mistyped = tmp_path / "stoer.sqlite"
+    result = CliRunner().invoke(
+        cli, ["promote", "--layer", "retrieval", *(["--dry-run"] if dry_run else [])], env=store_env(mistyped)
+    )
+    assert result.exit_code == 3, result.output
+    assert str(mistyped) in result.output and not mistyped.exists()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -131,3 +132,45 @@ def test_sigterm_stops_the_relay_within_its_grace_even_with_a_client_that_never_
             server.communicate()
     assert server.returncode == 0, stderr
     assert took < 6, f"took {took:.1f} s to stop"
+
+
+
+def test_a_store_the_relay_cannot_write_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: a read-only store the relay never opened exited 1 (an internal error, retried by
+    Kubernetes for ever) instead of 3 (configuration, named). Read-only is SQLite's own (every
+    connection opened `mode=ro`): root writes whatever a file's mode says."""
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    import triage.relay.sqlite as ledger_module
+    import triage.sources.store as store_module
+    from triage.cli import cli
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIAGE_", "LANGFUSE_"))}
+    store = tmp_path / "store.sqlite"
+    env["TRIAGE_STORE"] = str(store)
+    triage = [sys.executable, "-m", "triage"]
+    subprocess.run([*triage, "import", str(DEMO_DIR / "traces.jsonl")], env=env, check=True, capture_output=True)
+    sqlite3.connect(tmp_path / "relay.sqlite").close()  # the ledger beside it exists, as after a first run
+    real = sqlite3.connect
+
+    def read_only(path: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        kwargs.pop("uri", None)
+        return real(f"file:{path}?mode=ro", *args, uri=True, **kwargs)
+
+    monkeypatch.setattr(store_module.sqlite3, "connect", read_only)
+    monkeypatch.setattr(ledger_module.sqlite3, "connect", read_only)
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the relay served a store it cannot write")
+
+    monkeypatch.setattr("triage.relay.server.serve", never)
+    for key in [k for k in os.environ if k.startswith(("TRIAGE_", "LANGFUSE_"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("TRIAGE_STORE", str(store))
+    done = CliRunner().invoke(cli, ["relay", "--port", str(free_port())], prog_name="triage")
+    assert done.exit_code == 3, (done.output, done.exception)
+    assert "store.sqlite" in done.output or "relay.sqlite" in done.output, done.output

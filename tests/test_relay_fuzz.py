@@ -71,3 +71,32 @@ def test_the_description_is_generated_from_the_models(tmp_path: Path) -> None:
     assert feedback["comment"]["anyOf"][0]["maxLength"] == MAX_COMMENT
     assert feedback["traceId"]["anyOf"][0]["maxLength"] == MAX_ID
     assert set(doc["components"]["schemas"]) >= {"FeedbackIn", "ScoreIn", "TargetIn", "WrittenOut", "ListingOut"}
+
+
+def test_the_description_refuses_what_the_relay_refuses() -> None:
+    """Issue 37: the description accepted a `sessionId` without its turn and an empty `traceId`
+    filter, both refused by the relay (schemathesis's positive-data check: 9 mismatches)."""
+    import jsonschema
+
+    from triage.relay.bodies import openapi_document
+
+    document = openapi_document()
+    defs = document["components"]["schemas"]
+
+    def valid(model: str, body: dict[str, Any]) -> bool:
+        # the model's schema as the root, its `#/components/schemas/...` references resolvable
+        root = {**defs[model], "components": document["components"]}
+        return bool(jsonschema.validators.Draft202012Validator(root).is_valid(body))
+
+    for model in ("FeedbackIn", "TargetIn", "ScoreIn"):
+        assert not valid(model, {"sessionId": "s-1", "value": "down"}), model
+        assert not valid(model, {"traceId": "", "value": "down"}), model
+        assert not valid(model, {"traceId": None, "value": "down"}), model
+        assert not valid(model, {"value": "down"}), model
+    assert valid("FeedbackIn", {"traceId": "t-1", "value": "down"})
+    assert valid("FeedbackIn", {"sessionId": "s-1", "turn": 0, "value": "down"})
+    assert valid("FeedbackIn", {"sessionId": "s-1", "turnNumber": 1, "value": "down"})
+    listing = {p["name"]: p["schema"] for p in document["paths"]["/api/feedback"]["get"]["parameters"]}
+    assert jsonschema.validators.Draft202012Validator(listing["traceId"]).is_valid("t-1")
+    assert not jsonschema.validators.Draft202012Validator(listing["traceId"]).is_valid("")
+    assert not jsonschema.validators.Draft202012Validator(listing["turn"]).is_valid("x")

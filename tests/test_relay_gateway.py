@@ -265,3 +265,38 @@ def test_a_short_secret_is_refused_off_loopback_only() -> None:
         check_startup(config, short, "0.0.0.0")
     check_startup(config, short, "127.0.0.1")  # a laptop may use any token
     check_startup(config, Credentials(gateway_token="g" * 32, signing_key="k" * 40), "0.0.0.0")
+
+
+# -- issue 37 item 6: the relay's edges -------------------------------------------------------------
+
+
+def test_a_token_naming_the_other_allowed_algorithm_is_401_not_500(tmp_path: Path, rs: Signer) -> None:
+    """`{"alg":"ES256"}` against an RS256 key: the key and the header disagree, a refusal (it was a 500)."""
+    creds = Credentials(sessions=keys(jwks_file(tmp_path, rs)))
+    pem = tmp_path / "rs.pem"
+    pem.write_text(rs.pem(), encoding="utf-8")
+    by_pem = Credentials(sessions=keys(str(pem)))
+    for where, credentials in (("jwks", creds), ("pem", by_pem)):
+        with serving(tmp_path / where, credentials=credentials) as (client, _):
+            for token in ("eyJhbGciOiJFUzI1NiJ9.e30.AAAA", "eyJhbGciOiJFUzI1NiIsImtpZCI6InJzLTEifQ.e30.AAAA"):
+                answer = client.post("/api/feedback", json={"traceId": "t", "value": "down"}, headers=bearer(token))
+                assert answer.status_code == 401, (where, token, answer.text)
+
+
+@pytest.mark.parametrize("sub", [None, 42, "", "  ", ["u"]])
+def test_a_session_token_whose_subject_is_not_a_name_is_401(tmp_path: Path, rs: Signer, sub: Any) -> None:
+    creds = Credentials(sessions=keys(jwks_file(tmp_path, rs)))
+    with serving(tmp_path, credentials=creds) as (client, _):
+        answer = client.post("/api/feedback", json={"traceId": "t", "value": "down"}, headers=bearer(rs.token(sub=sub)))
+        assert answer.status_code == 401, answer.text
+
+
+@pytest.mark.parametrize("sub", [None, 42, "", ["u"]])
+def test_a_feedback_token_whose_subject_is_not_a_name_is_refused(sub: Any) -> None:
+    """A feedback token with `"sub": null` voted as `user:None`."""
+    from triage.relay.access import PREFIX, TokenError, _b64, _sign, verify_token
+
+    key = "k" * 32
+    payload = _b64(json.dumps({"a": "trace:t", "sub": sub, "exp": int(time.time()) + 60}).encode())
+    with pytest.raises(TokenError):
+        verify_token(key, f"{PREFIX}{payload}.{_sign(key, payload)}")

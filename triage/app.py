@@ -235,8 +235,9 @@ class Triage:
 
     def promote(self, options: PromoteOptions, jsonl: Path | None = None) -> PromoteResult:
         """`triage promote`: cases read from the backend, written to its datasets (Langfuse, or the
-        embedded store's dataset_items) or to a JSONL file."""
-        with open_backend(self.settings, self._budget()) as backend:
+        embedded store's dataset_items) or to a JSONL file. The cases come from the backend's
+        traces: a store that does not exist holds none (a mistyped TRIAGE_STORE is named, never made)."""
+        with open_backend(self.settings, self._budget(), reads_only=True) as backend:
             sink: DatasetSink
             if jsonl is not None:
                 from triage.sinks.exports import DatasetFile
@@ -422,7 +423,9 @@ class Triage:
             )
             sink = LangfuseSink(http, model=config.relay)
         else:
-            sink = StoreSink(Store(store_path, create_folder=settings.triage_store is None))
+            store = Store(store_path, create_folder=settings.triage_store is None)
+            store.check_writable()
+            sink = StoreSink(store)
         try:
             grace = settings.triage_relay_shutdown_seconds
             with relay_running(config, sink, ledger, credentials, drain_seconds=grace) as app:

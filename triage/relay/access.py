@@ -28,7 +28,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -106,9 +105,13 @@ def verify_token(key: str, token: str, now: float | None = None) -> Grant:
         raise TokenError("feedback token signature does not match")
     try:
         body = json.loads(_unb64(payload))
-        grant = Grant(answer=str(body["a"]), subject=str(body["sub"]), expires=int(body["exp"]))
+        answer, subject = body["a"], body["sub"]
+        grant = Grant(answer=str(answer), subject=str(subject), expires=int(body["exp"]))
     except (ValueError, KeyError, TypeError):
         raise TokenError("malformed feedback token") from None
+    # `str(None)` is "None": a token whose subject is no name would vote as `user:None`
+    if not isinstance(answer, str) or not isinstance(subject, str) or not subject.strip():
+        raise TokenError("the feedback token names no subject")
     if grant.expires < (now if now is not None else time.time()):
         raise TokenError("feedback token expired")
     return grant
@@ -165,9 +168,13 @@ class SessionKeys:
             if algorithm not in SESSION_ALGORITHMS:
                 raise TokenError(f"session token signed with {algorithm!r}: only {', '.join(SESSION_ALGORITHMS)}")
             key = self._key(token, header.get("kid"))
+            if key.algorithm_name != algorithm:
+                # an ES256 header on an RSA key (or the reverse): pyjwt would hand the wrong key type
+                # to the verifier, which raises outside its error tree (a 500, before)
+                raise TokenError(f"the session token says {algorithm}, its key is {key.algorithm_name}")
             claims = jwt.decode(
                 token,
-                key,
+                key.key,
                 algorithms=[algorithm],
                 issuer=self.issuer,
                 audience=self.audience,
@@ -183,12 +190,12 @@ class SessionKeys:
             raise TokenError("the session token names no subject")
         return subject
 
-    def _key(self, token: str, kid: object) -> Any:
+    def _key(self, token: str, kid: object) -> jwt.PyJWK:
         if self._client is not None:
-            return self._client.get_signing_key_from_jwt(token).key
+            return self._client.get_signing_key_from_jwt(token)
         for key in self._keys:
             if kid is None or key.key_id in (None, kid):  # a PEM key has no id: it is the one key
-                return key.key
+                return key
         raise TokenError("the session token's key is not among the configured keys")
 
 

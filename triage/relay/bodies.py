@@ -243,8 +243,23 @@ class _Body(BaseModel):
         return data
 
 
+def _names_an_answer_schema(schema: dict[str, Any]) -> None:
+    """The description says what `_names_an_answer` checks: a `traceId`, or a `sessionId` with its
+    turn (a `sessionId` alone was described as valid and refused: schemathesis found it). The
+    other spellings (`contextId`, `trace_id`, ...) stay accepted, as documented, outside the schema."""
+    text = {"type": "string", "minLength": 1}
+    turn = {"type": "integer"}
+    schema["anyOf"] = [
+        {"required": ["traceId"], "properties": {"traceId": text}},
+        {"required": ["sessionId", "turn"], "properties": {"sessionId": text, "turn": turn}},
+        {"required": ["sessionId", "turnNumber"], "properties": {"sessionId": text, "turnNumber": turn}},
+    ]
+
+
 class AnswerRef(_Body):
     """The answer: `traceId`, or `sessionId` (also `contextId`) with `turn` (or `turnNumber`)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_names_an_answer_schema)
 
     traceId: Id | None = _spelled("traceId", "trace_id")
     sessionId: Id | None = _spelled("sessionId", "session_id", "contextId")  # contextId: the chat form's
@@ -289,7 +304,8 @@ class AnswerRef(_Body):
 def _feedback_schema(schema: dict[str, Any]) -> None:
     """An example, and each field of the verdict's longest value as the default score model
     declares it (a relay's `[relay]` table may declare others: it checks its own)."""
-    schema["example"] = {"contextId": "c-42", "turn": 0, "value": "down", "comment": "the link is dead"}
+    _names_an_answer_schema(schema)
+    schema["example"] = {"sessionId": "c-42", "turn": 0, "value": "down", "comment": "the link is dead"}
     limits = RelayConfig().max_text(ReviewNames.of(CalibrationConfig()))
     for field in VERDICT_FIELDS:
         if field in limits:
@@ -563,9 +579,10 @@ def openapi_document() -> dict[str, Any]:
     """What `/openapi.json` serves: the bodies and answers above, on the relay's paths."""
     _, defs = models_json_schema([(m, "validation") for m in MODELS], ref_template="#/components/schemas/{model}")
     query = [
-        {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
-        for n in ("traceId", "sessionId", "contextId", "turn", "reviewer", "author", "verdict", "cursor")
-    ] + [{"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}]
+        # an empty filter is refused (it would list nothing, or everything): the description says so
+        {"name": n, "in": "query", "required": False, "schema": {"type": "string", "minLength": 1}}
+        for n in ("traceId", "sessionId", "contextId", "reviewer", "author", "verdict", "cursor")
+    ] + [{"name": "turn", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}}] + [{"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}]
     written = {200: WrittenOut, 202: WrittenOut}
     return {
         "openapi": "3.1.0",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from triage.domain.scores import BadScore, normalise_author
+from triage.errors import ConfigError
 from triage.relay.storage import (
     Key,
     ListingPage,
@@ -189,7 +190,10 @@ class SqliteStorage:
     def __init__(self, path: str, now: Callable[[], float], *, inline: bool) -> None:
         self.path = path
         self.now = now
-        self.db = open_file(path, inline=inline)
+        try:
+            self.db = open_file(path, inline=inline)
+        except (sqlite3.Error, OSError) as ex:  # read-only, not SQLite, no folder: configuration, exit 3
+            raise ConfigError(f"the relay's ledger {path} cannot be opened for writing: {ex}") from None
         self.reads = SqliteReads(path, now, self.db)
         self.closed = False
 

@@ -319,6 +319,20 @@ class Store(DatasetTables, DatasetRunTables):
     def close(self) -> None:
         self._db.close()
 
+    def check_writable(self) -> None:
+        """`ConfigError` naming the file when it cannot be written (read-only file, folder or
+        mount): for a long-lived writer such as `triage relay`, found at start, not at its first
+        vote (it was an internal error, exit 1)."""
+        try:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:  # a write, rolled back: SQLite refuses it where the file, folder or mount is read-only
+                    self._db.execute("CREATE TABLE triage_write_probe (x)")
+                finally:
+                    self._db.execute("ROLLBACK")
+        except sqlite3.Error as ex:
+            raise ConfigError(f"the embedded store {self.path} cannot be written: {ex}") from None
+
     def use_wal(self) -> None:
         """Write-ahead logging, each commit on disk (one fsync instead of the rollback journal's
         several): for a long-lived writer such as `triage relay`, while `triage feedback` reads.
