@@ -24,7 +24,7 @@ from triage.calibration.calibrate import CalibrateOptions, calibrate_from, judge
 from triage.calibration.queue import QueueOptions, QueueResult, VotesOptions, list_conversations, run_queue
 from triage.check import CheckOptions, CheckRequest, default_run_name, run_check
 from triage.domain.checks import Agent, CheckJudge, CheckResult
-from triage.domain.config import AgentEndpointConfig, IndexFolder, TriageConfig
+from triage.domain.config import AgentEndpointConfig, IndexFolder, LangfuseLimits, TriageConfig
 from triage.domain.kernel import window as kernel_window
 from triage.domain.outcome import RunResult
 from triage.domain.ports import Backend, DatasetRuns, Judge, ReleaseSource, Searcher, TraceSource
@@ -118,7 +118,7 @@ class Triage:
             collector = None
         elif collector is not None:  # the window's traces at once (up to the cap): their calls share a round
             options = replace(options, concurrency=max(options.concurrency, collector.traces_at_once))
-        with open_backend(settings, budget) as backend:
+        with open_backend(settings, budget, limits=self.limits) as backend:
             searcher = make_searcher(settings, config, budget) if chosen.needs_research else None
 
             async def run() -> RunResult:
@@ -178,7 +178,7 @@ class Triage:
         each judge's agreement recorded where the night reads it, `record_measures`)."""
         if not options.needs_store:
             return calibrate_from(None, self.config, options)
-        with open_backend(self.settings, self._budget(), reads_only=True) as backend:
+        with open_backend(self.settings, self._budget(), reads_only=True, limits=self.limits) as backend:
             report = calibrate_from(backend, self.config, options, link=backend.trace_url)
             if options.write:
                 record_judge_measures(backend, judge_measures(report, options, self.config.rule_version))
@@ -223,7 +223,7 @@ class Triage:
             )
         from triage.sources.langfuse.backend import LangfuseBackend
 
-        with open_backend(self.settings, self._budget()) as backend:
+        with open_backend(self.settings, self._budget(), limits=self.limits) as backend:
             if not isinstance(backend, LangfuseBackend):  # cannot happen: uses_langfuse opens Langfuse
                 raise ConfigError("triage queue needs Langfuse")
             annotations = backend.annotations()
@@ -237,7 +237,7 @@ class Triage:
         """`triage promote`: cases read from the backend, written to its datasets (Langfuse, or the
         embedded store's dataset_items) or to a JSONL file. The cases come from the backend's
         traces: a store that does not exist holds none (a mistyped TRIAGE_STORE is named, never made)."""
-        with open_backend(self.settings, self._budget(), reads_only=True) as backend:
+        with open_backend(self.settings, self._budget(), reads_only=True, limits=self.limits) as backend:
             sink: DatasetSink
             if jsonl is not None:
                 from triage.sinks.exports import DatasetFile
@@ -253,7 +253,7 @@ class Triage:
 
     def votes(self, options: VotesOptions) -> ConversationList:
         """`triage votes`: the window's conversations and their votes."""
-        with open_backend(self.settings, self._budget(), reads_only=True) as backend:
+        with open_backend(self.settings, self._budget(), reads_only=True, limits=self.limits) as backend:
             return list_conversations(backend, backend, self.config.scores.vote, options)
 
     def releases(self, options: ReleasesOptions) -> ReleaseWindow:
@@ -266,7 +266,7 @@ class Triage:
         start, end = kernel_window(
             options.now, options.since_hours, lag_minutes=self.config.window.lag_minutes
         )
-        with open_backend(self.settings, self._budget(), reads_only=True) as backend:
+        with open_backend(self.settings, self._budget(), reads_only=True, limits=self.limits) as backend:
             if not isinstance(backend, ReleaseSource):  # cannot happen: both backends are one
                 raise ConfigError("this backend cannot count answers per release")
             shown = gather_releases(
@@ -316,7 +316,7 @@ class Triage:
             )
         options = check_options(config, request, target="")
         budget = self._budget()
-        with open_backend(settings, budget, reads_only=True) as backend:
+        with open_backend(settings, budget, reads_only=True, limits=self.limits) as backend:
             if not isinstance(backend, DatasetSink) or not isinstance(backend, DatasetRuns):
                 raise ConfigError("this backend holds no datasets")  # cannot happen: both do
             target = f"Langfuse {settings.langfuse_base_url}" if settings.uses_langfuse else "the embedded store"
@@ -418,6 +418,7 @@ class Triage:
 
             http = LangfuseHttp(
                 **access,
+                limits=self.limits,  # the outbox's deliveries keep to the budget too
                 retry=LANGFUSE_RETRY.with_(attempts=1),  # the outbox is the retry
                 stats=SourceStats(),
             )
@@ -432,6 +433,11 @@ class Triage:
                 serve(app, host, port, grace_seconds=grace)
         finally:
             sink.close()
+
+    @property
+    def limits(self) -> LangfuseLimits:
+        """The request budget every Langfuse request of this process keeps to (`[langfuse]`)."""
+        return self.config.langfuse.limits()
 
     def _budget(self) -> Budget:
         return Budget(self.settings.triage_retry_budget_seconds)
@@ -514,9 +520,16 @@ def _langfuse_access(settings: Settings) -> _LangfuseAccess:
 
 
 @contextmanager
-def open_backend(settings: Settings, budget: Budget | None = None, *, reads_only: bool = False) -> Iterator[Backend]:
+def open_backend(
+    settings: Settings,
+    budget: Budget | None = None,
+    *,
+    reads_only: bool = False,
+    limits: LangfuseLimits | None = None,
+) -> Iterator[Backend]:
     """Langfuse, or the embedded store. `reads_only`: a command that writes nothing never creates a
-    store, so a mistyped TRIAGE_STORE is a configuration error naming it, not an empty store."""
+    store, so a mistyped TRIAGE_STORE is a configuration error naming it, not an empty store.
+    `limits`: the request budget every Langfuse request keeps to (`[langfuse]`)."""
     if settings.uses_langfuse:
         access = _langfuse_access(settings)
         from triage.sources.langfuse.backend import LangfuseBackend
@@ -527,6 +540,7 @@ def open_backend(settings: Settings, budget: Budget | None = None, *, reads_only
             confirm_wait_seconds=settings.triage_confirm_wait_seconds,
             budget=budget,
             vote_lookback=timedelta(days=settings.triage_vote_lookback_days),
+            limits=limits,
         ) as backend:
             yield backend
         return

@@ -4,6 +4,9 @@ tenacity does the looping; this module says how long to wait and when to give up
 everywhere: a server's `Retry-After` (or `retry-after-ms`) first, else exponential back-off with
 jitter, within a number of attempts and an optional deadline. Time comes from a `Clock`, so tests
 and benchmarks run retries in virtual time (`use_clock`) instead of sleeping for real.
+
+Beside it, the one way a request budget is kept before sending (`Pacer`, `Rate`): a system that
+limits its callers is paced, not only retried when it answers 429.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import math
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -274,3 +278,69 @@ class RetryPolicy:
 def async_sleep(clock: Clock, budget: Budget | None, seconds: float) -> Awaitable[None]:
     """Wait `seconds` on `clock`, ending early once `budget` (when there is one) is cancelled."""
     return clock.async_sleep(seconds) if budget is None else budget.async_sleep(clock, seconds)
+
+
+# -- pacing: a request budget kept before each request ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most `requests` in any `seconds`. Kept over a sliding window, which keeps every fixed
+    window too (Langfuse Cloud counts in fixed windows)."""
+
+    requests: int
+    seconds: float
+
+    def __str__(self) -> str:
+        # a window kept a little longer than the system's (a margin) reads as the system's
+        whole = int(self.seconds // 60 * 60)
+        unit = {60: "a minute", 3600: "an hour", 86400: "a day"}.get(whole, f"in {self.seconds:g} s")
+        return f"{self.requests} {unit}"
+
+
+class PaceExceeded(Exception):
+    """Keeping to a rate would mean waiting longer than the pacer may (`Pacer.max_wait`)."""
+
+
+class Pacer:
+    """Holds each request back until it keeps every rate: the request budget an operator sets for a
+    shared, rate-limited system (Langfuse Cloud's per-organisation limits), kept *before* sending
+    instead of learnt from 429s. Shared by threads: requests leave in turn, each at its slot, so a
+    virtual clock's time is the time the requests would really take."""
+
+    def __init__(self, rates: Sequence[Rate], *, clock: Clock | None = None, max_wait: float | None = None) -> None:
+        self.rates = tuple(rates)
+        self.clock = clock
+        #: a wait longer than this raises `PaceExceeded` (a day's budget spent is no reason to wait a day)
+        self.max_wait = max_wait
+        self._sent: deque[float] = deque(maxlen=max((r.requests for r in self.rates), default=1))
+        self._lock = threading.Lock()
+        #: seconds spent waiting, in all
+        self.waited = 0.0
+
+    def wait(self) -> None:
+        """Wait for this request's slot, and take it."""
+        if not self.rates:
+            return
+        clock = self.clock or current_clock()
+        with self._lock:
+            now = clock.monotonic()
+            slot = now
+            for rate in self.rates:
+                if len(self._sent) >= rate.requests:
+                    slot = max(slot, self._sent[-rate.requests] + rate.seconds)
+            if self.max_wait is not None and slot - now > self.max_wait:
+                raise PaceExceeded(
+                    f"the request budget ({', '.join(map(str, self.rates))}) is spent for {slot - now:.0f} s"
+                )
+            if slot > now:
+                clock.sleep(slot - now)
+                self.waited += slot - now
+            self._sent.append(max(slot, clock.monotonic()))
+
+    def seconds_for(self, requests: int) -> float:
+        """How long `requests` more requests take at these rates, from an unused budget (the plan)."""
+        longest = 0.0
+        for rate in self.rates:
+            longest = max(longest, max(0, math.ceil(requests / rate.requests) - 1) * rate.seconds)
+        return longest

@@ -49,7 +49,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -189,6 +189,7 @@ class LangfuseStandIn:
         filter_any_of: bool = True,
         record_bodies: bool = True,
         metrics_api: Iterable[str] = ("v1", "v2"),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if score_contract not in {"both", "single"}:
             raise ValueError("score_contract is 'both' (SDK 5.x server) or 'single' (older server)")
@@ -203,6 +204,8 @@ class LangfuseStandIn:
         self.score_contract = score_contract
         self.rate_limit_every = rate_limit_every
         self.rate_limit_per_minute = rate_limit_per_minute
+        #: what `rate_limit_per_minute` is measured on (a virtual clock's, to test pacing in virtual time)
+        self.clock = clock
         self.retry_after = retry_after
         self.filter_any_of = filter_any_of
         self.record_bodies = record_bodies
@@ -556,7 +559,7 @@ class LangfuseStandIn:
         if self.rate_limit_every and number % self.rate_limit_every == 0:
             raise HttpProblem(429, "Rate limit exceeded", {"Retry-After": _fmt(self.retry_after)})
         if self.rate_limit_per_minute:
-            now = time.monotonic()
+            now = self.clock()
             with self._lock:
                 while self._accepted_times and self._accepted_times[0] <= now - 60:
                     self._accepted_times.popleft()

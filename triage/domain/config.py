@@ -382,6 +382,50 @@ class CheckConfig(_Section):
     trace_wait_seconds: float = Field(default=60.0, ge=0)
 
 
+@dataclass(frozen=True)
+class LangfuseLimits:
+    """Requests an organisation may make of Langfuse, per API group (None: no limit kept)."""
+
+    #: the general API: v2 observations, v3 scores, traces, score configs, queues (the Langfuse MCP
+    #: server shares it)
+    general_per_minute: int | None = None
+    #: datasets, dataset items and runs, experiments
+    datasets_per_minute: int | None = None
+    #: the v2 metrics API (the release watch's answers per release)
+    metrics_per_hour: int | None = None
+    metrics_per_day: int | None = None
+
+
+#: Langfuse Cloud's published limits per organisation, fixed windows (as of 2026-11)
+CLOUD_PLANS: dict[str, LangfuseLimits] = {
+    "hobby": LangfuseLimits(general_per_minute=30, datasets_per_minute=100, metrics_per_day=100),
+    "core": LangfuseLimits(general_per_minute=100, datasets_per_minute=200, metrics_per_hour=100),
+    "pro": LangfuseLimits(general_per_minute=1000, datasets_per_minute=1000, metrics_per_hour=500),
+}
+
+
+class LangfuseConfig(_Section):
+    """`[langfuse]`: the request budget every Langfuse call of this process keeps to (the night,
+    `check`, `releases`, the relay's outbox), paced before each request rather than learnt from
+    429s. `plan` takes Langfuse Cloud's limits for that plan; a number set here overrides it. A
+    self-hosted Langfuse limits nothing: leave it all unset."""
+
+    plan: Literal["hobby", "core", "pro"] | None = None
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    dataset_requests_per_minute: int | None = Field(default=None, ge=1)
+    metrics_requests_per_hour: int | None = Field(default=None, ge=1)
+    metrics_requests_per_day: int | None = Field(default=None, ge=1)
+
+    def limits(self) -> LangfuseLimits:
+        base = CLOUD_PLANS[self.plan] if self.plan else LangfuseLimits()
+        return LangfuseLimits(
+            general_per_minute=self.requests_per_minute or base.general_per_minute,
+            datasets_per_minute=self.dataset_requests_per_minute or base.datasets_per_minute,
+            metrics_per_hour=self.metrics_requests_per_hour or base.metrics_per_hour,
+            metrics_per_day=self.metrics_requests_per_day or base.metrics_per_day,
+        )
+
+
 class TriageConfig(_Section):
     rule_version: str = "1"
     scores: ScoreNames = Field(default_factory=ScoreNames)
@@ -397,6 +441,7 @@ class TriageConfig(_Section):
     #: `triage check`: the agent (None: none configured) and the run
     agent_endpoint: AgentEndpointConfig | None = None
     check: CheckConfig = Field(default_factory=CheckConfig)
+    langfuse: LangfuseConfig = Field(default_factory=LangfuseConfig)
 
     @property
     def collections(self) -> list[str]:

@@ -138,6 +138,16 @@ class ReleaseSource(Protocol):
         ...
 
 
+@runtime_checkable
+class PacedSource(Protocol):
+    """A source that keeps a request budget (Langfuse's `[langfuse]`): it says what a night of
+    `traces` more traces costs in requests and time, printed before the run starts."""
+
+    def request_plan(self, traces: int) -> str | None:
+        """One sentence for the log; None when no budget is set."""
+        ...
+
+
 class Backend(VoteSource, TraceSource, ScoreSink, ScoreReader, Protocol):
     """One system that is all four (Langfuse, the embedded store), with its counters."""
 

@@ -37,6 +37,7 @@ from triage.domain.outcome import Entry, RunResult
 from triage.domain.ports import (
     Backend,
     Judge,
+    PacedSource,
     ReleaseSource,
     ScoreReader,
     ScoreSink,
@@ -367,6 +368,8 @@ async def _run(
                 len(trace_ids),
                 extra={"event": "plan", "to_triage": len(trace_ids)},
             )
+            if isinstance(sources.traces, PacedSource) and (plan := sources.traces.request_plan(len(trace_ids))):
+                log.info("%s", plan, extra={"event": "request_plan"})
             stream = Stream(
                 traces=sources.traces,
                 scores=sources.scores,

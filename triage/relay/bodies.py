@@ -582,7 +582,10 @@ def openapi_document() -> dict[str, Any]:
         # an empty filter is refused (it would list nothing, or everything): the description says so
         {"name": n, "in": "query", "required": False, "schema": {"type": "string", "minLength": 1}}
         for n in ("traceId", "sessionId", "contextId", "reviewer", "author", "verdict", "cursor")
-    ] + [{"name": "turn", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}}] + [{"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}]
+    ] + [
+        {"name": "turn", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
+        {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}},
+    ]
     written = {200: WrittenOut, 202: WrittenOut}
     return {
         "openapi": "3.1.0",

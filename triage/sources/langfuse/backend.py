@@ -50,6 +50,7 @@ from urllib.parse import quote
 import httpx
 
 from triage.domain.checks import CHECK_SCORE, CheckRun, RunItemResult, check_score_id
+from triage.domain.config import LangfuseLimits
 from triage.domain.kernel import iso_ms, parse_time
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, StoredScore, UnreadableTrace, WriteOutcome
@@ -74,6 +75,9 @@ from triage.sources.langfuse.writes import ScoreWrites
 
 log = logging.getLogger("triage.sources.langfuse")
 
+#: Langfuse requests a night makes per 100 traces once its votes are read (the observations, the
+#: scores written and read back, the release watch): measured on the stand-in, 84 for 1,200 traces
+PLAN_REQUESTS_PER_100 = 7
 ITEMS_PAGE = 100  # GET /dataset-items: `limit` above 100 is a 400
 RUNS_PAGE = 100  # GET /datasets/{name}/runs, GET /dataset-run-items: the same pagination
 
@@ -366,6 +370,7 @@ class LangfuseBackend:
         clock: Clock | None = None,
         budget: Budget | None = None,
         vote_lookback: timedelta = VOTE_LOOKBACK,
+        limits: LangfuseLimits | None = None,
     ) -> None:
         """`vote_lookback`: how far before a window a vote read reaches for votes changed in it
         (they keep their first timestamp; `ScoreReads.votes`)."""
@@ -383,6 +388,8 @@ class LangfuseBackend:
             retry=self.retry,
             stats=self.stats,
             httpx_client=httpx_client,
+            limits=limits,
+            clock=clock,
         )
         self.base_url = self._http.base_url
         self._scores = ScoreReads(self._http, vote_lookback)
@@ -406,6 +413,21 @@ class LangfuseBackend:
         """Resolve what later calls need without I/O (the project id for links)."""
         self._links.resolve(self._http, self._links_retry)
         return self
+
+    def request_plan(self, traces: int) -> str | None:
+        """What the night still costs at the budget (`[langfuse]`), from the requests made so far
+        and `PLAN_REQUESTS_PER_100`; None when no budget is set."""
+        pacer = self._http.pacers.get("general")
+        if pacer is None:
+            return None
+        more = -(-traces // 100) * PLAN_REQUESTS_PER_100
+        total = self.stats.requests + more
+        rates = ", ".join(map(str, pacer.rates))
+        minutes = pacer.seconds_for(total) / 60
+        return (
+            f"langfuse budget: {traces} thumbs-down to triage, about {total} requests in all at {rates}: "
+            f"about {minutes:.1f} minutes of Langfuse time"
+        )
 
     def close(self) -> None:
         self._http.close()

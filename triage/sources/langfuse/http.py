@@ -19,16 +19,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
 import pydantic
 from tenacity import RetryCallState
 
+from triage.domain.config import LangfuseLimits
 from triage.domain.ports import SourceStats
 from triage.errors import ConfigError, LangfuseError
-from triage.retry import RetryPolicy
+from triage.retry import Clock, PaceExceeded, Pacer, Rate, RetryPolicy
 from triage.sources.langfuse.wire import ProjectsPage
 
 log = logging.getLogger("triage.sources.langfuse")
@@ -86,8 +87,45 @@ def parsed(what: str, model: type[M], body: Any) -> M:
         raise LangfuseError(f"{what}: response does not match the API contract: {ex}") from ex
 
 
+ApiGroup = Literal["general", "datasets", "metrics", "ingestion"]
+_DATASET_PATHS = ("/datasets", "/dataset-items", "/dataset-run-items", "/experiments", "/experiment-items")
+#: the longest a request waits for its slot before the budget counts as spent (a day's metrics
+#: budget spent is no reason to wait a day): a minute's window, and some
+MAX_PACE_WAIT = 120.0
+#: a window kept this much longer than Langfuse's: our clock and theirs differ, and a request
+#: reaches them some time after it leaves
+PACE_MARGIN = 1.0
+
+
+def api_group(path: str) -> ApiGroup:
+    """Which of Langfuse Cloud's rate-limit groups a request's path counts against."""
+    if "/otel/" in path or path.endswith("/ingestion"):
+        return "ingestion"
+    if "/metrics" in path:
+        return "metrics"
+    if any(part in path for part in _DATASET_PATHS):
+        return "datasets"
+    return "general"
+
+
+def pacers(limits: LangfuseLimits | None, clock: Clock | None = None) -> dict[ApiGroup, Pacer]:
+    """One pacer per group the limits name (ingestion is not limited by them)."""
+    if limits is None:
+        return {}
+    rates: dict[ApiGroup, list[Rate]] = {
+        "general": [Rate(limits.general_per_minute, 60.0 + PACE_MARGIN)] if limits.general_per_minute else [],
+        "datasets": [Rate(limits.datasets_per_minute, 60.0 + PACE_MARGIN)] if limits.datasets_per_minute else [],
+        "metrics": [
+            *([Rate(limits.metrics_per_hour, 3600.0 + PACE_MARGIN)] if limits.metrics_per_hour else []),
+            *([Rate(limits.metrics_per_day, 86400.0 + PACE_MARGIN)] if limits.metrics_per_day else []),
+        ],
+    }
+    return {group: Pacer(r, clock=clock, max_wait=MAX_PACE_WAIT) for group, r in rates.items() if r}
+
+
 class LangfuseHttp:
-    """The shared client. Synchronous; safe to share between threads."""
+    """The shared client. Synchronous; safe to share between threads. With `limits`, every
+    request (retries included: Cloud counts them) waits for its slot in its group's budget."""
 
     def __init__(
         self,
@@ -99,8 +137,11 @@ class LangfuseHttp:
         retry: RetryPolicy,
         stats: SourceStats,
         httpx_client: httpx.Client | None = None,
+        limits: LangfuseLimits | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.pacers = pacers(limits, clock)
         self.timeout = timeout
         self.retry = retry
         self.stats = stats
@@ -121,7 +162,19 @@ class LangfuseHttp:
             self._http.close()
 
     def _count(self, request: httpx.Request) -> None:
+        pacer = self.pacers.get(api_group(request.url.path))
+        if pacer is not None:
+            try:
+                pacer.wait()
+            except PaceExceeded as ex:
+                where = f"{request.method} {request.url.path}"
+                raise LangfuseError(f"{where}: {ex} ([langfuse] in the configuration)") from None
         self.stats.count_request()
+
+    def plan(self, requests: int, group: ApiGroup = "general") -> float | None:
+        """Seconds `requests` requests of `group` take at the budget; None when it sets none."""
+        pacer = self.pacers.get(group)
+        return pacer.seconds_for(requests) if pacer is not None else None
 
     def call(self, what: str, fn: Callable[[], T], *, retry: RetryPolicy | None = None) -> T:
         """Run one request with retries; classify what finally fails."""
