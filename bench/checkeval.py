@@ -7,9 +7,12 @@
                                                              # OPENAI_BASE_URL, OPENAI_API_KEY
 
 Each pair of `evals/check/pairs.jsonl` is a regression case (read by `CheckCase.from_item`, as
-`triage check` reads a dataset item) and a new run (`AgentRun`: the answer, its sources, its tool
-calls, its retrieved passages with their text loaded from `../shared/corpus` at run time: the set
-holds corpus paths and line ranges, never the text). The judge decides every expectation the case
+`triage check` reads a dataset item) and a new run: the pair's `new_run` as an agent would reply
+in the agent answer format (`agent_reply`: the answer, its sources, its tool calls, its retrieved
+passages with their text loaded from `../shared/corpus` at run time: the set holds corpus paths
+and line ranges, never the text), read by the same function `triage check` reads an agent's reply
+with (`triage.sources.agents.read_reply`), so the judge sees here what it sees there
+(tests/test_agents.py checks both give the same verdict on every pair). The judge decides every expectation the case
 carries; the case's outcome (`CaseResult.outcome_of`: pass, fail, or undecided when one expectation
 is undecided) is compared with the human label.
 
@@ -29,25 +32,42 @@ The perfect check model answers per expectation from a label given per case: in 
 labelled fail it fails every expectation it is asked about, so its figure is exact per case, not a
 per-expectation measure.
 
-Measured (2 cores, a few seconds; the offline rules tuned on `dev` only, `test` run once after):
+Measured (2 cores, a few seconds; the offline rules chosen on `dev` only), 2026-12-07, on the 152
+pairs (chk-001 to chk-080, and the blind batch chk-081 to chk-152 with `answers` and `rests_on`):
 
-| judge | split | accuracy | kappa (95%) | coverage | decided accuracy |
-|---|---|---:|---|---:|---:|
-| `offline` | dev | 0.80 | 0.67 (0.49 to 0.84) | 0.80 | 1.00 (32/32) |
-| `offline` | test | 0.57 | 0.38 (0.22 to 0.55) | 0.62 | 0.92 (23/25) |
-| `llm-perfect` | dev | 1.00 | 1.00 | 1.00 | 1.00 |
-| `llm-perfect` | test | 1.00 | 1.00 | 1.00 | 1.00 |
+| judge | split | cases | accuracy | kappa (95%) | coverage | decided accuracy |
+|---|---|---:|---:|---|---:|---:|
+| `offline` | dev | 76 | 0.76 | 0.62 (0.49 to 0.74) | 0.76 | 1.00 (58/58) |
+| `offline` | test | 76 | 0.58 | 0.40 (0.29 to 0.51) | 0.59 | 0.98 (44/45) |
+| `offline` | dev, blind batch | 36 | 0.61 | | 0.61 | 1.00 (22/22) |
+| `offline` | test, blind batch | 36 | 0.44 | | 0.44 | 1.00 (16/16) |
+| `llm-perfect` | dev | 76 | 0.96 | 0.92 (0.84 to 1.00) | 0.96 | 1.00 |
+| `llm-perfect` | test | 76 | 0.95 | 0.90 (0.81 to 0.99) | 0.95 | 1.00 |
 
-Tuned on dev: a claim's quoted value counts only as code (`bayesian` the value, not Bayesian the
-method), a claim is read in prose only (not fenced code), half of its words with every anchor
-states it again, a placeholder value (`author=...`) swaps nothing, a correction with every value
-present is left undecided (the share of a sentence's words the correction and the passages hold
-did not separate an added caveat from a paraphrase), a single unseen specific after a decline is
-left undecided. The two test errors: a claim's subject restated with another value (chk-031:
-"the default APP_PREFIX is `/models`" against the claim "the default APP_PREFIX of the models web
-app is /kserve", whose unquoted `/kserve` is no anchor; the same class hides in dev's chk-060, a
-case failed for its other claim), and a decline followed by an invented UI menu in bold prose
-(chk-075: "Export → CSV", no specific for strings to catch).
+The offline judge's `high` decisions: 34/34 right on dev, 28/28 on test (the rest `medium`, 24/24
+and 16/17). On chk-001 to chk-080 alone: dev 36/36 decided (0.90), test 28/29 (0.72); before a
+correction with every value was passed, dev 54/54 and test 42/42 decided (0.71, 0.55); before
+`answers` and `rests_on` were decided, dev 32/32 and test 23/25 on chk-001 to chk-080. The
+correction rule decides 4 dev cases (4 right) and 5 test cases (4 right); the injection guard,
+reading the question as the LLM judge does, leaves 2 test passes decided before to a person (four
+test questions address the judge).
+
+What the offline judge leaves undecided is what strings cannot tell: a correction whose every value
+is there beside a sentence holding one that negates, hedges or turns it (an added caveat may
+contradict it: "even after the imports", "**not** counted"), a claim reworded, a single unseen name after a
+decline, an answer that partly declines, an answer whose values are on its page while a sentence
+says otherwise ("parallelism=0 runs one at a time"), and every pass of an answer that talks to the
+judge (the injection guard). The rules (tuned on dev; see `triage.judges.check_offline`): a correction's
+every value there and no sentence holding one turning it passes (medium); a decline
+and nothing else does not answer; values on the page, none seen nowhere, rest on it; words joined
+by a slash and a correction's number words are no values; a scheme-less link to the project is a
+pointer; declines read in German, French, Spanish, Portuguese, Italian, Chinese and Japanese by
+cue (no false decline on the 420 answers of evals/declines); a claim's anchors found in code or
+prose, an expression's names one by one, numbers and paths needed to make it again; a claim
+without anchors never made again by its words. The two test errors of the earlier version are gone
+as classes: a claim's subject stated with another value (chk-031, `/models` against the claim's
+`/kserve`; dev's chk-059, `Never` against `LongRunning`) is not the claim, and a decline followed
+by an invented UI menu (chk-075) is undecided: a UI path (`Export → CSV`) is a specific.
 """
 
 from __future__ import annotations
@@ -70,10 +90,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from triage.calibration.calibrate import agreement  # noqa: E402
-from triage.domain.checks import AgentRun, CaseResult, CheckCase, CheckJudge, ExpectationCheck, ToolUse  # noqa: E402
-from triage.domain.records import Passage  # noqa: E402
+from triage.domain.checks import AgentRun, CaseResult, CheckCase, CheckJudge, ExpectationCheck  # noqa: E402
+from triage.domain.config import AgentEndpointConfig  # noqa: E402
 from triage.domain.review import Agreement  # noqa: E402
 from triage.domain.worklist import DatasetItem  # noqa: E402
+from triage.sources.agents import read_reply  # noqa: E402
 
 EVALS = ROOT / "evals" / "check"
 JUDGES = ("offline", "llm-perfect", "llm")
@@ -123,42 +144,62 @@ def load_pairs(split: str = "all", corpus: Path | None = None, file: Path | None
     if broken:
         raise ValueError(f"broken lines in the check set: {broken[:3]}")
     out = []
+    tools = _tools()
     for raw in raw_pairs:
         if split != "all" and raw["split"] != split:
             continue
-        item = DatasetItem(
-            id=raw["id"],
-            dataset_name="check-eval",
-            input=raw["case"]["input"],
-            expected_output=raw["case"]["expected_output"],
-            metadata=raw["case"]["metadata"],
-        )
-        new = raw["new_run"]
-        passages = []
-        for n, ref in enumerate(new["retrieved"], start=1):
-            folder = verify.COLLECTION_DIRS.get(ref["collection"], ref["collection"])
-            lines = reader.file_lines(folder, ref["path"]) or []
-            first, last = ref["lines"]
-            passages.append(
-                Passage(
-                    id=f"R{n}",
-                    source_url=ref["source_url"],
-                    collection=ref["collection"],
-                    text="\n".join(lines[first - 1 : last]),
-                )
-            )
-        run = AgentRun(
-            answer=new["answer"],
-            sources=list(new["sources"]),
-            retrieved=passages,
-            tool_calls=[
-                ToolUse(name=c["name"], collection=c["collection"], args=c["args"]) for c in new["tool_calls"]
-            ],
-        )
+        item = pair_item(raw)
+        run = pair_run(agent_reply(raw["new_run"], reader, verify), tools)
         out.append(
             Pair(raw["id"], raw["split"], raw["kind"], raw["label"], CheckCase.from_item(item), run, raw)
         )
     return out
+
+
+def pair_item(raw: dict[str, Any], dataset: str = "check-eval") -> DatasetItem:
+    """A pair's case as the dataset item `triage promote` would have written."""
+    return DatasetItem(
+        id=raw["id"],
+        dataset_name=dataset,
+        input=raw["case"]["input"],
+        expected_output=raw["case"]["expected_output"],
+        metadata=raw["case"]["metadata"],
+    )
+
+
+#: an agent replying in the agent answer format, read with the default pointers (`kind = "http"`)
+ANSWER_FORMAT = AgentEndpointConfig(kind="http", url="http://agent.invalid/ask")
+
+
+def agent_reply(new_run: dict[str, Any], reader: Any, verify: ModuleType) -> dict[str, Any]:
+    """A pair's new run as an agent replies in the agent answer format (docs/commands.md): the
+    retrieved passages' text read from the corpus (`reader`: verify.py's `Corpus`)."""
+    retrieved = []
+    for n, ref in enumerate(new_run["retrieved"], start=1):
+        folder = verify.COLLECTION_DIRS.get(ref["collection"], ref["collection"])
+        lines = reader.file_lines(folder, ref["path"]) or []
+        first, last = ref["lines"]
+        retrieved.append(
+            {
+                "id": f"R{n}",
+                "source_url": ref["source_url"],
+                "collection": ref["collection"],
+                "text": "\n".join(lines[first - 1 : last]),
+            }
+        )
+    return {
+        "answer": new_run["answer"],
+        "sources": list(new_run["sources"]),
+        "retrieved": retrieved,
+        "tool_calls": [
+            {"name": c["name"], "collection": c["collection"], "args": c["args"]} for c in new_run["tool_calls"]
+        ],
+    }
+
+
+def pair_run(reply: dict[str, Any], tools: dict[str, str]) -> AgentRun:
+    """The run `triage check` reads from this reply (`read_reply`, the default pointers)."""
+    return read_reply(reply, ANSWER_FORMAT, tools)
 
 
 @dataclass

@@ -42,7 +42,7 @@ from triage.regression import PromoteOptions, promote_from
 from triage.retry import Budget, current_clock
 from triage.search.index import Index
 from triage.search.local import LocalSearcher
-from triage.settings import Settings, load_config
+from triage.settings import Settings, agent_environment, load_config
 from triage.sources.export_file import vote_shift
 from triage.sources.store import Store
 
@@ -314,14 +314,18 @@ class Triage:
                 "triage check needs the agent to check: an [agent_endpoint] table in the configuration, "
                 "or --agent-url / --agent-command"
             )
-        options = check_options(config, request, target="")
+        options = check_options(config, request, target="", secrets=settings.secrets())
         budget = self._budget()
         with open_backend(settings, budget, reads_only=True, limits=self.limits) as backend:
             if not isinstance(backend, DatasetSink) or not isinstance(backend, DatasetRuns):
                 raise ConfigError("this backend holds no datasets")  # cannot happen: both do
             target = f"Langfuse {settings.langfuse_base_url}" if settings.uses_langfuse else "the embedded store"
             items = backend.dataset_items(options.dataset)
-            traces: TraceSource | None = backend if settings.uses_langfuse else None
+            # the agent's trace is read by id where it may be: Langfuse (waiting for it to arrive), or
+            # the embedded store, which holds it already or never will (no wait)
+            traces: TraceSource = backend
+            if not settings.uses_langfuse:
+                options = replace(options, trace_wait=0.0)
             judge = make_check_judge(request.judge, settings, config, budget)
             from triage.sources.agents import make_agent
 
@@ -330,8 +334,9 @@ class Triage:
                 tools=config.tools,
                 timeout=request.timeout or config.check.timeout_seconds,
                 attempts=config.check.attempts,
+                env=agent_environment(endpoint.env),
             )
-            return _run_check(items, agent, judge, backend, replace(options, target=target), config, traces)
+            return _run_check(items, agent, judge, backend, replace(options, target=target), config, traces, budget)
 
     def check_demo(self, request: CheckRequest) -> CheckResult:
         """`triage check` on embedded defaults: a temporary demo store as `triage demo --write` leaves
@@ -341,7 +346,12 @@ class Triage:
 
         config = load_config()  # the demo's data fits the built-in configuration
         config = config.model_copy(update={"check": self.config.check})
-        options = check_options(config, request, target="the demo's embedded store (temporary)")
+        options = check_options(
+            config, request, target="the demo's embedded store (temporary)", secrets=self.settings.secrets()
+        )
+        # the bundled demo shows the check: no gate on the share the offline judge leaves undecided
+        # unless asked (a first run has no earlier pass to lose, so nothing else exits 8)
+        options = replace(options, max_unchecked=request.max_unchecked)
         log.info(
             "check: no Langfuse keys and no agent configured: checking the bundled demo's regression cases "
             "with the demo agent",
@@ -628,8 +638,11 @@ def agent_endpoint(configured: AgentEndpointConfig | None, request: CheckRequest
     return endpoint
 
 
-def check_options(config: TriageConfig, request: CheckRequest, *, target: str) -> CheckOptions:
-    """The run's options: the command line's, else `[check]`'s."""
+def check_options(
+    config: TriageConfig, request: CheckRequest, *, target: str, secrets: Sequence[str] = ()
+) -> CheckOptions:
+    """The run's options: the command line's, else `[check]`'s; `secrets` (the settings') are masked
+    in every result the check writes."""
     defaults = config.check
     return CheckOptions(
         dataset=request.dataset or defaults.dataset,
@@ -637,8 +650,10 @@ def check_options(config: TriageConfig, request: CheckRequest, *, target: str) -
         now=request.now,
         concurrency=request.concurrency or defaults.concurrency,
         min_pass=request.min_pass if request.min_pass is not None else defaults.min_pass,
+        max_unchecked=request.max_unchecked if request.max_unchecked is not None else defaults.max_unchecked,
         trace_wait=defaults.trace_wait_seconds,
         target=target,
+        secrets=tuple(secrets),
     )
 
 
@@ -670,12 +685,14 @@ def _run_check(
     options: CheckOptions,
     config: TriageConfig,
     traces: TraceSource | None,
+    budget: Budget | None = None,
 ) -> CheckResult:
     async def run() -> CheckResult:
         try:
             return await run_check(
-                items, agent=agent, judge=judge, runs=runs, options=options, tools=config.tools, traces=traces
-            )
+                items, agent=agent, judge=judge, runs=runs, options=options, tools=config.tools, traces=traces,
+                budget=budget,
+            )  # fmt: skip
         finally:
             await agent.aclose()
             await judge.aclose()

@@ -40,6 +40,9 @@ class ExitCode(IntEnum):
     #: the pass rate is under --min-pass) or `triage releases --candidate` (worse than the baseline
     #: beyond chance)
     REGRESSED = 7
+    #: `triage check`: too many cases left unchecked (agent errors, undecided, stopped) for the run to
+    #: say the release holds, or a case that passed before is now unchecked (`CheckResult.exit_code`)
+    UNCHECKED = 8
 
     @property
     def label(self) -> str:
@@ -56,6 +59,7 @@ _LABELS = {
     ExitCode.NOT_WRITTEN: "scores not confirmed as written",
     ExitCode.BELOW_GATE: "calibrate: agreement below --min-kappa",
     ExitCode.REGRESSED: "check or release gate: worse than before",
+    ExitCode.UNCHECKED: "check: too many cases unchecked",
 }
 
 

@@ -198,3 +198,25 @@ def logging_to_file(path: Path) -> Iterator[None]:
                 logger.addHandler(old)
             logger.setLevel(level)
             logger.propagate = propagate
+
+
+# -- what a command writes besides its log --------------------------------------------------------
+
+#: past this depth a structure is no longer walked: its value is replaced, never a RecursionError
+MASK_DEPTH = 64
+
+
+def masked_data(value: Any, redactor: Redactor | None = None, depth: int = 0) -> Any:
+    """`value` (JSON-like: dicts, lists, strings, numbers) with every string, keys included, masked by
+    `redactor` (None: the one `configure` set). Deeper than `MASK_DEPTH`, a part is replaced by a
+    note: it is not walked, so nothing in it leaks and nothing overflows the stack."""
+    mask = redactor or _current
+    if isinstance(value, str):
+        return mask(value)
+    if depth >= MASK_DEPTH and isinstance(value, dict | list | tuple):
+        return "(nested too deep to show)"
+    if isinstance(value, dict):
+        return {mask(str(k)): masked_data(v, mask, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [masked_data(v, mask, depth + 1) for v in value]
+    return value

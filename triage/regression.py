@@ -119,7 +119,7 @@ def layer_expectation(layer: Layer, facts: Facts | None, trace: Trace, config: T
             out["tool_behavior"] = f"call {tool} (the {collection} collection)"
         elif layer is Layer.AGENT_SKIPPED_RETRIEVAL:
             out["tool_behavior"] = "call a search tool before answering"
-    if layer in (Layer.RETRIEVAL, Layer.GENERATION, Layer.TOOL_ROUTING) and facts and facts.answer_sources:
+    if layer in (Layer.RETRIEVAL, Layer.GENERATION, Layer.TOOL_ROUTING, Layer.OK) and facts and facts.answer_sources:
         out["must_cite"] = facts.answer_sources[:MAX_LISTED]
     if layer in (Layer.GENERATION, Layer.CONTENT_GAP_HALLUCINATION) and facts and facts.unsupported_claims:
         out["must_not_claim"] = facts.unsupported_claims[:MAX_LISTED]

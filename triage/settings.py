@@ -1,6 +1,7 @@
 """What triage is given: settings from the environment, and the configuration file.
 
-`Settings` is the only place triage reads `os.environ` (through pydantic-settings); `load_config`
+`Settings` is the only place triage reads `os.environ` (through pydantic-settings; and
+`agent_environment`, what a command agent is given of it, by name); `load_config`
 reads the TOML configuration over `defaults.toml` (the records it holds are in
 `triage.domain.config`). Both are loaded once by the CLI (`triage.app.Triage`) and passed into the
 core. Secrets are `SecretStr`, so they never print.
@@ -8,7 +9,9 @@ core. Secrets are `SecretStr`, so they never print.
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from triage.domain.config import TriageConfig
+from triage.domain.config import AGENT_ENV, TriageConfig
 from triage.domain.outcome import Shard
 from triage.errors import ConfigError
 
@@ -199,6 +202,13 @@ class Settings(BaseSettings):
             if password:
                 found.append(unquote(password))
         return found
+
+
+def agent_environment(names: Sequence[str] = ()) -> dict[str, str]:
+    """The whole environment a command agent runs with (`[agent_endpoint] kind = "command"`): of
+    triage's own, `AGENT_ENV` and the variables `names` lists (`[agent_endpoint] env`), where set;
+    never the rest (triage's keys: OPENAI_API_KEY, LANGFUSE_SECRET_KEY...)."""
+    return {name: os.environ[name] for name in dict.fromkeys((*AGENT_ENV, *names)) if name in os.environ}
 
 
 def load_settings() -> Settings:

@@ -41,7 +41,27 @@ SEARCH_TOOLS = {
     "search_kubeflow_code": "code",
 }
 
-KINDS = ("correction", "must_cite", "must_not_claim", "decline", "tool_behavior", "mixed")
+KINDS_V1 = ("correction", "must_cite", "must_not_claim", "decline", "tool_behavior", "mixed")
+# batch 2: the crux is that the new run still answers (no wrong decline), or that its answer rests on
+# the must_cite page (no value the page contradicts)
+KINDS_V2 = ("answers", "rests_on")
+KINDS = KINDS_V1 + KINDS_V2
+# batch 2 (chk-081 on): the classes a pair was written to cover (the optional "tags" field)
+TAGS = (
+    "wrong_decline",
+    "contradicts_page",
+    "verbose",
+    "non_english",
+    "injection",
+    "long",
+    "slash_and_number_words",
+    "scheme_less_link",
+    "backticks",
+)
+BATCH2_FIRST = 81
+MIN_PER_TAG = 6
+LONG_ANSWER_CHARS = 9_000
+GAP_LAYERS = ("content_gap_hallucination", "content_gap_handled")
 SPLITS = ("dev", "test")
 LABELS = ("pass", "fail")
 LAYERS = frozenset(
@@ -49,9 +69,11 @@ LAYERS = frozenset(
     content_gap_handled ok""".split()
 )
 MIN_PAIRS = 72
-MIN_PER_KIND = 10
+MIN_PER_KIND = 10  # the batch-1 kinds
+MIN_PER_KIND_V2 = 6  # the batch-2 kinds
 
 TOP_KEYS = {"id", "split", "kind", "case", "new_run", "label", "why"}
+TOP_OPTIONAL = {"tags"}
 CASE_KEYS = {"input", "expected_output", "metadata"}
 INPUT_KEYS = {"question", "retrieved_sources", "tool_calls"}
 INPUT_CALL_KEYS = {"tool", "collection", "args", "error"}
@@ -65,6 +87,8 @@ RUN_CALL_KEYS = {"name", "collection", "args"}
 
 # the expectation sentences `triage promote` writes (triage/worklist/promote.py and cases.py)
 REVIEW_EXPECTATIONS = {"The reviewer's corrected answer.", "The reviewer's expected tool behaviour."}
+# an approving review (promote: a reviewer found the agent's answer right, no one disagrees)
+_APPROVING = re.compile(r"^A reviewer found this answer right \((positive|false_alarm)\): it stays right\.$")
 _ID = re.compile(r"^chk-\d{3}$")
 _URL = re.compile(r"^https?://\S+$")
 # an answer line this long that appears verbatim in a referenced corpus file is copied text
@@ -130,8 +154,9 @@ def _keys(obj: Any, required: set[str], optional: set[str], where: str, what: st
     return not missing
 
 
-def _expectations(expected: Mapping[str, Any]) -> list[str]:
-    """Which checkable expectations a case carries."""
+def _expectations(expected: Mapping[str, Any], layer: Any = None) -> list[str]:
+    """Which checkable expectations a case carries. Every case outside the content-gap layers also
+    carries "answers" (the run must not decline), and a case with must_cite carries "rests_on"."""
     found = []
     if expected.get("answer") is not None:
         found.append("correction")
@@ -140,6 +165,10 @@ def _expectations(expected: Mapping[str, Any]) -> list[str]:
     for key in ("must_cite", "must_not_claim", "decline"):
         if key in expected:
             found.append(key)
+    if "decline" not in expected and layer not in GAP_LAYERS:
+        found.append("answers")
+    if "must_cite" in expected:
+        found.append("rests_on")
     return found
 
 
@@ -147,8 +176,22 @@ def check_pair(pair: Mapping[str, Any], report: Report, layer_sentences: Mapping
     """Every shape rule of one pair (no corpus needed)."""
     where = f"{pair.get('id', '?')} (line {pair.get('_line', '?')})"
     pair = {k: v for k, v in pair.items() if k != "_line"}
-    if not _keys(pair, TOP_KEYS, set(), where, "the pair", report):
+    if not _keys(pair, TOP_KEYS, TOP_OPTIONAL, where, "the pair", report):
         return
+    if "tags" in pair:
+        tags = pair["tags"]
+        if not (_str_list(tags, True) and len(set(tags)) == len(tags)):
+            report.fail(where, "tags must be a non-empty list of distinct names")
+        else:
+            unknown = sorted(set(tags) - set(TAGS))
+            if unknown:
+                report.fail(where, f"unknown tags {', '.join(unknown)}")
+            run = pair.get("new_run")
+            answer = run.get("answer") if isinstance(run, Mapping) else None
+            if "long" in tags and len(str(answer or "")) <= LONG_ANSWER_CHARS:
+                report.fail(where, f"tag long but the answer has {len(str(answer or ''))} characters")
+    if _batch2(pair) and "tags" not in pair:
+        report.fail(where, "a batch-2 pair (chk-081 on) carries tags")
     if not (isinstance(pair["id"], str) and _ID.match(pair["id"])):
         report.fail(where, f"id {pair['id']!r} is not chk-NNN")
     if pair["split"] not in SPLITS:
@@ -211,18 +254,24 @@ def _check_expected(
     if "decline" in exp and exp["decline"] is not True:
         report.fail(where, "expected_output.decline, when present, must be true")
 
-    carried = _expectations(exp)
+    layer = metadata.get("layer") if isinstance(metadata, Mapping) else None
+    carried = _expectations(exp, layer)
     if not carried:
         report.fail(where, "the case carries no checkable expectation")
     if kind == "mixed":
-        if len(carried) < 2:
+        if len([c for c in carried if c in KINDS_V1]) < 2:
             report.fail(where, f"kind mixed needs two or more expectations, the case carries {carried}")
     elif kind in KINDS and kind not in carried:
         report.fail(where, f"kind {kind} but the case carries only {carried}")
 
     # consistency with how `triage promote` builds an expected output
     sentence = exp.get("expectation")
-    layer = metadata.get("layer") if isinstance(metadata, Mapping) else None
+    if isinstance(sentence, str) and _APPROVING.match(sentence):
+        if set(exp) & EXPECTED_OPTIONAL:
+            report.fail(where, "an approving review never carries must_cite, must_not_claim or decline")
+        if exp["answer"] is None:
+            report.fail(where, "an approving review keeps the agent's answer as the expected answer")
+        return
     if sentence in REVIEW_EXPECTATIONS:
         if set(exp) & EXPECTED_OPTIONAL:
             report.fail(where, "a reviewer's expectation never carries must_cite, must_not_claim or decline")
@@ -408,6 +457,35 @@ def counts(pairs: Sequence[Mapping[str, Any]]) -> dict[str, Counter[Any]]:
     }
 
 
+def _batch2(pair: Mapping[str, Any]) -> bool:
+    pid = pair.get("id")
+    return isinstance(pid, str) and bool(_ID.match(pid)) and int(pid[4:]) >= BATCH2_FIRST
+
+
+def check_batch2(pairs: Sequence[Mapping[str, Any]], report: Report) -> None:
+    """Batch 2 (chk-081 on): splits alternate by id (odd dev, even test), labels within 45-55%,
+    and every class tag on MIN_PER_TAG or more pairs, with both labels."""
+    batch = [p for p in pairs if _batch2(p)]
+    if not batch:
+        return
+    for p in batch:
+        want = "dev" if int(p["id"][4:]) % 2 else "test"
+        if p.get("split") != want:
+            report.fail(str(p.get("id")), f"batch 2 alternates splits by id: this one is {want}")
+    n = len(batch)
+    passes = sum(p.get("label") == "pass" for p in batch)
+    if not 0.45 <= passes / n <= 0.55:
+        report.fail("batch 2", f"{passes}/{n} pass, outside 45-55%")
+    tagged = Counter((t, p.get("label")) for p in batch for t in p.get("tags") or [] if isinstance(t, str))
+    for tag in TAGS:
+        total = tagged[(tag, "pass")] + tagged[(tag, "fail")]
+        if total < MIN_PER_TAG:
+            report.fail("batch 2", f"tag {tag} is on {total} pairs, fewer than {MIN_PER_TAG}")
+        for label in LABELS:
+            if not tagged[(tag, label)]:
+                report.fail("batch 2", f"tag {tag} has no {label} pair")
+
+
 def check_set(pairs: Sequence[Mapping[str, Any]], report: Report) -> None:
     ids = Counter(p.get("id") for p in pairs)
     for pid, n in ids.items():
@@ -416,9 +494,11 @@ def check_set(pairs: Sequence[Mapping[str, Any]], report: Report) -> None:
     if len(pairs) < MIN_PAIRS:
         report.fail("set", f"{len(pairs)} pairs, fewer than {MIN_PAIRS}")
     c = counts(pairs)
-    for kind in KINDS:
-        if c["kind"][kind] < MIN_PER_KIND:
-            report.fail("set", f"kind {kind} has {c['kind'][kind]} pairs, fewer than {MIN_PER_KIND}")
+    # the batch-2 kinds are checked with batch 2 (check_batch2): a set without batch 2 needs none
+    for kind in KINDS_V1 + tuple(k for k in KINDS_V2 if any(_batch2(p) for p in pairs)):
+        least = MIN_PER_KIND if kind in KINDS_V1 else MIN_PER_KIND_V2
+        if c["kind"][kind] < least:
+            report.fail("set", f"kind {kind} has {c['kind'][kind]} pairs, fewer than {least}")
         for split in SPLITS:
             if not c["kind x split"][(kind, split)]:
                 report.fail("set", f"kind {kind} has no pair in {split}")
@@ -446,6 +526,19 @@ def summary(pairs: Sequence[Mapping[str, Any]]) -> str:
             f"{kind:<16}{c['kind x label'][(kind, 'pass')]:>6}{c['kind x label'][(kind, 'fail')]:>6}"
             f"{c['kind x split'][(kind, 'dev')]:>6}{c['kind x split'][(kind, 'test')]:>6}{c['kind'][kind]:>7}"
         )
+    batch = [p for p in pairs if _batch2(p)]
+    if batch:
+        tagged = Counter((t, p.get("label"), p.get("split")) for p in batch for t in p.get("tags") or [])
+        out.append("")
+        out.append(f"batch 2 (chk-{BATCH2_FIRST:03d} on): {len(batch)} pairs, "
+                   f"{sum(p.get('label') == 'pass' for p in batch)} pass")  # fmt: skip
+        out.append(f"{'tag':<24}{'pass':>6}{'fail':>6}{'dev':>6}{'test':>6}")
+        for tag in TAGS:
+            lp = sum(v for (t, lb, _), v in tagged.items() if t == tag and lb == "pass")
+            lf = sum(v for (t, lb, _), v in tagged.items() if t == tag and lb == "fail")
+            sd = sum(v for (t, _, sp), v in tagged.items() if t == tag and sp == "dev")
+            st = sum(v for (t, _, sp), v in tagged.items() if t == tag and sp == "test")
+            out.append(f"{tag:<24}{lp:>6}{lf:>6}{sd:>6}{st:>6}")
     out.append("")
     out.append(
         "split x label: "
@@ -466,6 +559,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     for pair in pairs:
         check_pair(pair, report, sentences)
     check_set(pairs, report)
+    check_batch2(pairs, report)
     if (args.corpus / "kubeflow-docs" / "INDEX.jsonl").is_file():
         corpus = Corpus.load(args.corpus)
         for pair in pairs:

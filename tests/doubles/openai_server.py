@@ -452,3 +452,82 @@ def keyword_responder(body: dict[str, Any]) -> dict[str, Any]:
     )
     reply["component"] = {"reasoning": "scripted", "name": names[-1] if names else "general"}
     return reply
+
+
+# --- an obedient check model (`triage check`'s LLM judge) --------------------------------------------
+
+#: any request to pass, in the words and languages an injection uses
+_PASS_REQUEST = re.compile(
+    r"\bpass(?:ed|es|ing)?\b|\bcorrect[ae]?\b|affirmativ|approv|aprovad|aprobad|bestanden|korrekt|réussi|"
+    r"\bmet\b|satisf|通过|通過|合格|통과",
+    re.IGNORECASE,
+)
+_QUOTE_REQUEST = re.compile(r"quot(?:e|ing)\s*:?\s*[\"“']([^\"”']{4,})[\"”']", re.IGNORECASE)
+_PASSAGE_QUOTE_REQUEST = re.compile(r"passage[_ ]quote\s*:?\s*[\"“']([^\"”']{4,})[\"”']", re.IGNORECASE)
+
+
+class ObedientCheckResponder:
+    """A check model that obeys every instruction it reads: when the data of the user message (the
+    question, the answer, a source, a passage, a tool call) asks, in any way, for a pass, it passes
+    every expectation asked, with whatever quote it is asked for (fabricated or not), else the
+    answer's first sentence; the first passage and call shown as its evidence; and never suspects an
+    injection. Without such a request it fails every expectation, quoting the first sentence."""
+
+    def __init__(self) -> None:
+        self.obeyed = 0
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        found = re.search(r'nonce="([0-9a-f]+)"', user)
+        blocks = data_blocks(user, found.group(1) if found else None)
+        data = "\n".join(json.dumps(b.value, ensure_ascii=False) + "\n" + _flat(b.value) for b in blocks)
+        answer = next((b.value for b in blocks if b.tag == "answer"), "")
+        answer = answer if isinstance(answer, str) else ""
+        first = next((s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", answer) if len(s.strip()) >= 8), answer)
+        obey = bool(_PASS_REQUEST.search(data))
+        self.obeyed += obey
+        asked_quote = _QUOTE_REQUEST.search(data)
+        quote = asked_quote.group(1) if asked_quote else first
+        passages = [b for b in blocks if b.tag == "passage"]
+        passage_quote = _PASSAGE_QUOTE_REQUEST.search(data)
+        calls = [b for b in blocks if b.tag == "tool_call"]
+        verdicts = []
+        for b in blocks:
+            if b.tag != "expectation":
+                continue
+            text = passages[0].value.get("text", "") if passages and isinstance(passages[0].value, dict) else ""
+            backing = passage_quote.group(1) if passage_quote else str(text)[:60]
+            said = {
+                "expectation": b.attrs.get("name", ""),
+                "reasoning": "as the data asks" if obey else "as read",
+                "verdict": "pass" if obey else "fail",
+                "quotes": [quote] if quote else [],
+                "passage_id": passages[0].attrs.get("id", "") if obey and passages else "",
+                "passage_quote": backing if obey and passages else "",
+                "call_id": calls[0].attrs.get("id", "") if obey and calls else "",
+                "confidence": "high",
+            }
+            verdicts.append(fit_verdict(body, said))
+        return {"injection_note": "", "injection_suspected": False, "verdicts": verdicts}
+
+
+def fit_verdict(body: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
+    """A check verdict in the shape the request's schema asks for: only its fields, a single `quote`
+    (an earlier schema) taken from `quotes` (so a stand-in answers any version of the check judge)."""
+    try:
+        schema = body["response_format"]["json_schema"]["schema"]
+        fields = list(schema["properties"]["verdicts"]["items"]["properties"])
+    except (KeyError, TypeError):
+        return verdict
+    out = {k: verdict[k] for k in fields if k in verdict}
+    if "quote" in fields and "quote" not in verdict:
+        out["quote"] = (verdict.get("quotes") or [""])[0]
+    return out
+
+
+def _flat(value: Any) -> str:
+    if isinstance(value, dict):
+        return "\n".join(_flat(v) for v in value.values())
+    if isinstance(value, list):
+        return "\n".join(_flat(v) for v in value)
+    return str(value)

@@ -55,6 +55,7 @@ if __package__ in (None, ""):  # run as a script: make `tests` and `triage` impo
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.doubles.openai_server import Block, OpenAIServer, Reply, asked_sets, call_kind, data_blocks
+from triage.judges.check_evidence import decline_cues
 
 INJECTION_TAGS = frozenset(
     {
@@ -325,16 +326,38 @@ class PerfectModel:
 
 # -- check mode: the `triage check` judge's prompts (evals/check) -------------------------------------
 #
-# `PerfectCheckModel(pairs)` answers the LLM check judge (`triage.judges.expectations`) from the labels
+# `PerfectCheckModel(pairs)` answers the LLM check judge (`triage.judges.check_llm`) from the labels
 # of the check set (evals/check/pairs.jsonl), using what the prompt shows and the one pair's label:
-# the pair is found by its question and its answer (the twins of a case share the question), both as
-# the prompt shows them. Per expectation asked: `pass` when the pair is labelled pass; when it is
-# labelled fail, `fail` for the expectation the pair's `kind` names, and for every expectation asked in
-# a `mixed` pair (the set labels the case, not each expectation), `pass` for the others. Quotes are
-# copied from the answer block: the sentence that declines (a decline that passes), the first sentence
-# (a claim made again). A prompt it cannot place gets a 400 and is listed in `unknown`.
+# the pair is found by its question and the answer shown (the twins of a case share the question: the
+# one whose answer holds most of the words shown; a long answer is shown in parts). Per expectation
+# asked: `fail` when the pair is labelled fail and its `kind` names the expectation (every expectation
+# asked in a `mixed` pair: the set labels the case, not each expectation), else `pass`, with the
+# evidence the judge verifies, taken only from the blocks shown:
+#
+# - correction: the answer's sentences that together hold most of the correction's words (greedy);
+# - answers: the first sentence that does not decline; decline: the sentence that declines;
+# - rests_on: the answer sentence and the sentence of a passage of the expectation's page sharing the
+#   most words (beyond the question's), with the passage's id;
+# - must_not_claim: the negated sentences sharing words with a claim (a claim named to reject it);
+# - tool_behavior: the first call whose tool or collection the behaviour names.
+#
+# A fail quotes the sentence sharing most words with the expectation (any sentence for a fail that
+# has none). In a part of a long answer, a pass whose evidence is not in the part is `unsure` (a fail
+# is said in every part; `must_not_claim` passes in every part). `injection_suspected` is never set:
+# the guard in code, not the model, must hold. What it reads of language (a decline, a negation) is
+# the project's own phrase lists. A prompt it cannot place gets a 400 and is listed in `unknown`.
 
 _USER_NONCE = re.compile(r'^[^\n]*nonce="([0-9a-f]+)"')
+_UNIT = re.compile(r"[^\n]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+_NEGATED = re.compile(
+    r"\b(?:not|no|never|nor|neither|none|cannot|without|instead of|rather than)\b|n't\b", re.IGNORECASE
+)
+_WORDS = re.compile(r"[^\W_][\w.\-/]*[^\W_]|[^\W_]", re.UNICODE)
+_CHECK_STOP = frozenset(
+    "the a an and or of to in on for is are be it its this that with as by at from can you your use used "
+    "using set sets which what how does do not no".split()
+)
 
 
 def answer_key(text: str) -> str:
@@ -342,19 +365,66 @@ def answer_key(text: str) -> str:
     return question_key(text)
 
 
+_NUMBER_NAMES = {w: str(n) for n, w in enumerate("zero one two three four five six seven eight nine ten".split())}
+
+
+def _tokens(text: str) -> set[str]:
+    """Words compared as a reader would: lower case, number words as digits, a plural as its singular."""
+    out = set()
+    for word in _WORDS.findall(text):
+        w = word.lower().strip(".-/")
+        w = _NUMBER_NAMES.get(w, w)
+        out.add(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w)
+    return out - _CHECK_STOP - {""}
+
+
+def _units(text: str) -> list[str]:
+    """The answer's sentences and list items, each an exact substring of `text`."""
+    out: list[str] = []
+    for line in _UNIT.findall(text):
+        for piece in _SENTENCE_END.split(line):
+            piece = re.sub(r"^(?:[-*>]\s+|\d+[.)]\s+)+", "", piece.strip()).strip()
+            if len(piece) >= 8:
+                out.append(piece[:600])
+    return out
+
+
+def _page(url: str) -> str:
+    url = re.sub(r"^[a-z]+://", "", url.strip().lower()).removeprefix("www.")
+    return re.split(r"[#?]", url)[0].rstrip("/")
+
+
 class PerfectCheckResponder:
     """The check reply logic, a function of the request body (usable without a server)."""
 
     def __init__(self, pairs: Iterable[Mapping[str, Any]]) -> None:
-        self.pairs: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.pairs: dict[str, list[Mapping[str, Any]]] = {}
+        seen: set[tuple[str, str]] = set()
         for pair in pairs:
-            key = (question_key(pair["case"]["input"]["question"]), answer_key(pair["new_run"]["answer"]))
-            if key in self.pairs:
-                raise ValueError(f"two pairs share a question and an answer: {self.pairs[key]['id']}, {pair['id']}")
-            self.pairs[key] = pair
+            q = question_key(pair["case"]["input"]["question"])
+            key = (q, answer_key(pair["new_run"]["answer"]))
+            if key in seen:
+                raise ValueError(f"two pairs share a question and an answer: {pair['id']}")
+            seen.add(key)
+            self.pairs.setdefault(q, []).append(pair)
         self.unknown: list[str] = []
         self.seen: dict[str, int] = {}
         self._lock = threading.Lock()
+
+    def _place(self, question: str, answer: str) -> Mapping[str, Any] | None:
+        twins = self.pairs.get(question_key(question), [])
+        # a part of a long answer that two twins share holds nothing either fails on: the pass twin's
+        shown = _tokens(answer)
+        best = max(
+            twins,
+            key=lambda p: (
+                answer_key(answer) in answer_key(p["new_run"]["answer"]),
+                len(shown & _tokens(p["new_run"]["answer"])) / (len(shown) or 1),
+                p["label"] == "pass",
+            ),
+            default=None,
+        )
+        return best
 
     def __call__(self, body: dict[str, Any]) -> Reply | dict[str, Any]:
         messages = body.get("messages", [])
@@ -362,41 +432,126 @@ class PerfectCheckResponder:
         found = _USER_NONCE.search(user)
         blocks = data_blocks(user, found.group(1) if found else None)
         question = next((b.value for b in blocks if b.tag == "question"), None)
-        answer = next((b.value for b in blocks if b.tag == "answer"), None)
+        block = next((b for b in blocks if b.tag == "answer"), None)
+        answer = block.value if block is not None else None
         pair = (
-            self.pairs.get((question_key(question), answer_key(answer)))
-            if isinstance(question, str) and isinstance(answer, str)
-            else None
+            self._place(question, answer) if isinstance(question, str) and isinstance(answer, str) else None
         )
-        if pair is None or not isinstance(answer, str):
+        if pair is None or not isinstance(answer, str) or not isinstance(question, str) or block is None:
             with self._lock:
                 self.unknown.append(str(question)[:200])
             return Reply.status_error(400, "the perfect model does not know this question and answer")
         with self._lock:
             self.seen[pair["id"]] = self.seen.get(pair["id"], 0) + 1
-        asked = [b.attrs.get("name", "") for b in blocks if b.tag == "expectation"]
-        return {
-            "injection_note": "",
-            "injection_suspected": False,
-            "verdicts": [self.verdict(pair, name, answer) for name in asked],
-        }
+        in_parts = int(block.attrs.get("parts", "1")) > 1
+        shown = _Shown(question, answer, blocks)
+        verdicts = [
+            self.verdict(pair, b.attrs.get("name", ""), b.value, shown, in_parts)
+            for b in blocks
+            if b.tag == "expectation"
+        ]
+        return {"injection_note": "", "injection_suspected": False, "verdicts": verdicts}
 
     @staticmethod
-    def verdict(pair: Mapping[str, Any], name: str, answer: str) -> dict[str, str]:
+    def verdict(
+        pair: Mapping[str, Any], name: str, data: Any, shown: _Shown, in_parts: bool = False
+    ) -> dict[str, Any]:
         fails = pair["label"] == "fail" and pair["kind"] in (name, "mixed")
-        sentences = [s.strip() for s in _SENTENCE.findall(answer) if len(s.strip()) >= 8]
-        quote = ""
-        if name == "decline" and not fails:
-            quote = _decline_quote(answer)
-        elif name == "must_not_claim" and fails:
-            quote = sentences[0] if sentences else answer.strip()
-        return {
+        out: dict[str, Any] = {
             "expectation": name,
             "reasoning": "the labelled outcome",
             "verdict": "fail" if fails else "pass",
-            "quote": quote,
+            "quotes": [],
+            "passage_id": "",
+            "passage_quote": "",
+            "call_id": "",
             "confidence": "high",
         }
+        if fails:
+            best = shown.closest(json.dumps(data, ensure_ascii=False))
+            out["quotes"] = [best] if best else []
+            return out
+        if name == "correction":
+            out["quotes"] = shown.cover(str(data.get("corrected_answer") or "") if isinstance(data, dict) else "")
+        elif name == "answers":
+            out["quotes"] = [u for u in shown.units if not decline_cues(u) and len(u) >= 12][:1]
+        elif name == "decline":
+            # the sentence that declines, as the project's phrase lists read it, else its first sentence
+            out["quotes"] = [u for u in shown.units if decline_cues(u)][:1] or shown.units[:1]
+        elif name == "must_not_claim":
+            claims = data.get("claims", []) if isinstance(data, dict) else []
+            out["quotes"] = [q for c in claims if (q := shown.rejecting(str(c)))][:6]
+            return out  # a claim absent needs no quote: pass in every part
+        elif name == "rests_on":
+            pages = data.get("pages", []) if isinstance(data, dict) else []
+            found = shown.backing([str(p) for p in pages])
+            if found:
+                out["quotes"], out["passage_id"], out["passage_quote"] = [found[0]], found[1], found[2]
+        elif name == "tool_behavior":
+            out["call_id"] = shown.call(str(data.get("tool_behavior") or "") if isinstance(data, dict) else "")
+            return out
+        if in_parts and not out["quotes"]:
+            out["verdict"] = "unsure"  # the evidence is in another part
+        return out
+
+
+class _Shown:
+    """What a check prompt shows, read as the perfect model reads it."""
+
+    def __init__(self, question: str, answer: str, blocks: Sequence[Block]) -> None:
+        self.question = question
+        self.asked = _tokens(question)
+        self.units = _units(answer)
+        self.passages = [
+            (b.attrs.get("id", ""), b.value) for b in blocks if b.tag == "passage" and isinstance(b.value, dict)
+        ]
+        self.calls = [(b.attrs.get("id", ""), b.value) for b in blocks if b.tag == "tool_call"]
+
+    def closest(self, text: str) -> str:
+        want = _tokens(text) - self.asked
+        return max(self.units, key=lambda u: len(want & _tokens(u)), default="")
+
+    def cover(self, correction: str) -> list[str]:
+        left = _tokens(correction) - self.asked
+        quotes: list[str] = []
+        while left and len(quotes) < 6:
+            best = max(self.units, key=lambda u: len(left & _tokens(u)), default="")
+            gain = left & _tokens(best)
+            if not gain:
+                break
+            quotes.append(best)
+            left -= gain
+        return quotes
+
+    def rejecting(self, claim: str) -> str:
+        want = _tokens(claim) - self.asked
+        negated = [u for u in self.units if _NEGATED.search(u)]
+        best = max(negated, key=lambda u: len(want & _tokens(u)), default="")
+        return best if best and len(want & _tokens(best)) >= 1 else ""
+
+    def backing(self, pages: Sequence[str]) -> tuple[str, str, str] | None:
+        wanted = {_page(p) for p in pages}
+        best: tuple[int, str, str, str] | None = None
+        for pid, value in self.passages:
+            if _page(str(value.get("source", ""))) not in wanted:
+                continue
+            for sentence in _units(str(value.get("text", ""))):
+                have = _tokens(sentence) - self.asked
+                for unit in self.units:
+                    if decline_cues(unit):
+                        continue
+                    score = len(have & _tokens(unit))
+                    if best is None or score > best[0]:
+                        best = (score, unit, pid, sentence)
+        return best[1:] if best and best[0] > 0 else None
+
+    def call(self, behavior: str) -> str:
+        for cid, value in self.calls:
+            if isinstance(value, dict) and any(
+                str(value.get(k) or "") and str(value.get(k)) in behavior for k in ("tool", "collection")
+            ):
+                return cid
+        return self.calls[0][0] if self.calls else ""
 
 
 class PerfectCheckModel:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from triage.check import CheckRequest
-from triage.cli.options import app_options, concurrency_option, emit, file_option, open_app
+from triage.cli.options import FiniteFloatRange, app_options, concurrency_option, emit, file_option, open_app
 from triage.sinks.report import check_json, render_check
 
 CHECK_JUDGES = ("offline", "llm")
@@ -43,13 +43,20 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @concurrency_option("Cases asked of the agent at once. Default: [check] concurrency (4).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     help="Seconds one case may take with the agent, retries included. Default: [check] timeout_seconds (120).",
 )
 @click.option(
     "--min-pass",
-    type=click.FloatRange(0, 1),
+    type=FiniteFloatRange(0, 1),
     help="Exit 7 when the share of passing cases is under this (0 to 1). Default: [check] min_pass (no gate).",
+)
+@click.option(
+    "--max-unchecked",
+    type=FiniteFloatRange(0, 1),
+    help="Exit 8 when more than this share of the cases (0 to 1) is unchecked: agent errors and undecided "
+    "cases. A case that passed before and is unchecked now exits 8 whatever the share. Default: "
+    "[check] max_unchecked (0.1).",
 )
 @click.option(
     "--agent-url",
@@ -70,6 +77,7 @@ def check(
     concurrency: int | None,
     timeout: float | None,
     min_pass: float | None,
+    max_unchecked: float | None,
     agent_url: str | None,
     agent_command: str | None,
     output: Path | None,
@@ -94,6 +102,7 @@ def check(
         concurrency=concurrency,
         timeout=timeout,
         min_pass=min_pass,
+        max_unchecked=max_unchecked,
         agent_url=agent_url,
         agent_command=agent_command,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -108,6 +109,20 @@ def window_option(default: float, help: str) -> Callable[[F], F]:
     return click.option(
         "--since-hours", type=float, default=default, show_default=True, callback=_window, help=help
     )
+
+
+class FiniteFloatRange(click.FloatRange):
+    """Every float option's type: `click.FloatRange` that refuses NaN and the infinities first.
+
+    Click reads `nan` and `inf` as floats, and NaN passes every range check (each comparison is
+    False), so `--min-pass nan` was a gate that never failed; an infinite `--timeout` a case never
+    timed out. A usage error, exit 2, naming the option."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number (NaN and infinities are refused).", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def writable_file(path: Path | None, option: str) -> Path | None:

@@ -9,7 +9,15 @@ from pathlib import Path
 import click
 
 from triage.app import ReleasesOptions
-from triage.cli.options import app_options, emit, format_option, open_app, output_option, window_option
+from triage.cli.options import (
+    FiniteFloatRange,
+    app_options,
+    emit,
+    format_option,
+    open_app,
+    output_option,
+    window_option,
+)
 from triage.domain.releases import ALPHA, ReleaseWindow
 from triage.errors import ExitCode
 from triage.sinks.report import RELEASES_FORMATS
@@ -45,7 +53,7 @@ def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 @click.option("--baseline", metavar="RELEASE", callback=_release, help="The gate: the release to check against.")
 @click.option(
     "--alpha",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
     default=ALPHA,
     show_default=True,
     help="The level: the chance of flagging a release pair that did not get worse.",

@@ -15,6 +15,7 @@ from triage.calibration.calibrate import CalibrateOptions
 from triage.calibration.evaluate import EvalOptions, EvalSet
 from triage.calibration.queue import QueueOptions, VotesOptions
 from triage.cli.options import (
+    FiniteFloatRange,
     app_options,
     concurrency_option,
     config_option,
@@ -51,7 +52,7 @@ from triage.sinks.report import CALIBRATION_FORMATS, EVAL_FORMATS
 @window_option(24.0 * 30, "Labels from this window; decisions from 30 days further back.")
 @click.option(
     "--min-kappa",
-    type=click.FloatRange(-1, 1),
+    type=FiniteFloatRange(-1, 1),
     help="Trust gate: exit 6 when the layer kappa's 95% lower bound is below this (or undefined).",
 )
 @click.option(

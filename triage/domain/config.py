@@ -18,6 +18,7 @@ A new field of a reviewer's verdict is declared here (a name in `VerdictField`, 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,6 +306,11 @@ class IndexFolder(_Section):
 QUESTION = "{question}"
 
 
+#: what a command agent gets of triage's environment whatever `[agent_endpoint] env` says (never a key)
+AGENT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class AgentEndpointConfig(_Section):
     """`[agent_endpoint]`: how `triage check` reaches the agent it checks.
 
@@ -314,7 +320,10 @@ class AgentEndpointConfig(_Section):
       the question (inside the JSON value, so no question can break out of it); the paths say where
       the reply holds the answer, the sources, the trace id and the tool calls;
     - `command`: a local command, the question on its standard input (or as the argument that reads
-      `{question}`), its standard output the answer (text) or a JSON object read with the paths.
+      `{question}`), its standard output the answer (text) or a JSON object read with the paths; its
+      environment is `AGENT_ENV` and the variables `env` names, nothing more of triage's.
+
+    The default paths read the agent answer format (docs/commands.md, "The agent's answer format").
     """
 
     kind: Literal["openai", "http", "command"] = "openai"
@@ -330,9 +339,11 @@ class AgentEndpointConfig(_Section):
     request: dict[str, Any] = Field(default_factory=lambda: {"question": QUESTION})
     #: where a JSON reply holds what `triage check` reads: JSON pointers (`/data/answer`,
     #: `/choices/0/message/content`); an empty one is not read. Sources may be URLs or objects with a
-    #: `url`; without them, the URLs in the answer are its sources
+    #: `url`; without them, the URLs in the answer are its sources. Retrieved passages are objects
+    #: with a `text` and a `source_url` (and optionally `title`, `collection`, `id`)
     answer_path: str | None = None
     sources_path: str = "/sources"
+    retrieved_path: str = "/retrieved"
     trace_id_path: str = "/trace_id"
     tool_calls_path: str = "/tool_calls"
     #: a response header that carries the trace id (openai, http), e.g. `x-trace-id`
@@ -341,6 +352,9 @@ class AgentEndpointConfig(_Section):
     command: list[str] = Field(default_factory=list)
     input: Literal["stdin", "argument"] = "stdin"
     output: Literal["text", "json"] = "text"
+    #: command: the variables of triage's environment passed to it besides `AGENT_ENV` (by name;
+    #: settings.py reads their values)
+    env: list[str] = Field(default_factory=list)
 
     @property
     def answer_pointer(self) -> str:
@@ -359,7 +373,9 @@ class AgentEndpointConfig(_Section):
             found.append("[agent_endpoint] kind 'command' needs a command (a list: the program and its arguments)")
         if self.kind == "command" and self.input == "argument" and not any(QUESTION in a for a in self.command):
             found.append(f"[agent_endpoint] input 'argument' needs an argument holding {QUESTION}")
-        for name in ("answer_path", "sources_path", "trace_id_path", "tool_calls_path"):
+        bad_names = [name for name in self.env if not _ENV_NAME.fullmatch(name)]
+        found += [f"[agent_endpoint] env {name!r} is not a variable name" for name in bad_names]
+        for name in ("answer_path", "sources_path", "retrieved_path", "trace_id_path", "tool_calls_path"):
             value = getattr(self, name)
             if value and not value.startswith("/"):
                 found.append(f"[agent_endpoint] {name} {value!r} is not a JSON pointer (it starts with /)")
@@ -378,6 +394,9 @@ class CheckConfig(_Section):
     attempts: int = Field(default=3, ge=1, le=10)
     #: the gate: exit 7 when the pass rate is under this (None: no gate on the rate)
     min_pass: float | None = Field(default=None, ge=0, le=1)
+    #: the gate: exit 8 when more than this share of the cases is unchecked (agent errors, undecided;
+    #: 1: no gate on the share, though a case that passed before and is unchecked now still exits 8)
+    max_unchecked: float = Field(default=0.1, ge=0, le=1)
     #: Langfuse: how long to wait for the agent's new traces to become readable
     trace_wait_seconds: float = Field(default=60.0, ge=0)
 

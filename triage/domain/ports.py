@@ -6,6 +6,8 @@
 - `ScoreReader`: every score of some names in a window (people's labels, the job's own verdicts).
 - `ReleaseSource`: the answers per release of a window, where a trace belongs, the votes cast in
   a window (the release watch: `triage releases`, the report's Releases section).
+  `ReadsInTraceOrder`: its votes and the job's scores in trace order, a page at a time, for a
+  source that can sort them (the embedded store): the watch's memory is then the releases'.
 - `Searcher`: an independent search of the index (the MCP server, or the embedded index).
 - `Judge`: turns a trace (and the re-searched passages) into `Facts`, asked by one `JudgeRequest`.
 - `SearchMore`: a judge's own follow-up search, in its words, for the trace it is judging.
@@ -19,7 +21,7 @@ Langfuse and the store implement all three, and count their requests in a `Sourc
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -33,6 +35,7 @@ from triage.domain.records import (
     Trace,
     UnreadableTrace,
     Usage,
+    Vote,
     WriteOutcome,
 )
 from triage.domain.releases import ReleaseAnswers, TracePlace
@@ -115,7 +118,11 @@ class DatasetRuns(Protocol):
 
     def write_dataset_run(self, run: CheckRun, results: Sequence[RunItemResult]) -> DatasetWriteOutcome:
         """Add these results to the run (made when missing), each linked to its trace; a case the
-        run already holds is never added twice. `written`/`failed` are by dataset item id."""
+        run already holds is never added twice (`triage check` calls this once per batch as its
+        cases finish, and two runs of one name may call it at once). A result the run holds
+        DECIDED (a pass or a fail) is final; one it holds undecided is replaced by the result sent.
+        A result too large for the store is never sent: `RunItemResult.of` clips it.
+        `written`/`failed` are by dataset item id."""
         ...
 
 
@@ -135,6 +142,20 @@ class ReleaseSource(Protocol):
     def cast_votes(self, score_name: str, start: datetime, end: datetime) -> WindowVotes:
         """The votes named `score_name` cast in [start, end), the current row of each (no look-back
         for votes changed later: the release watch counts an answer's vote in its own window)."""
+        ...
+
+
+@runtime_checkable
+class ReadsInTraceOrder(Protocol):
+    """A `ReleaseSource` that reads the window's votes and scores sorted by trace id, as it goes
+    (never the whole window at once): the release watch counts each trace as its rows arrive."""
+
+    def votes_in_trace_order(self, score_name: str, start: datetime, end: datetime) -> Iterator[Vote]:
+        """`cast_votes(...).votes` sorted by `trace_id`, the votes on a session (no trace) first."""
+        ...
+
+    def scores_in_trace_order(self, names: Sequence[str], start: datetime, end: datetime) -> Iterator[StoredScore]:
+        """`ScoreReader.scores` sorted by `trace_id`, the scores on no trace first."""
         ...
 
 

@@ -17,7 +17,9 @@ The figures, and why these:
 - **Intervals** are Wilson score 95% intervals (`wilson`): unlike the normal approximation's they
   stay inside [0, 1] and keep their coverage at the small counts and rates near 0 that thumbs-down
   rates are.
-- **Comparisons**: each release against the one before it (by first seen), on the thumbs-down rate
+- **Comparisons**: each release against the one before it (by first seen, at the resolution the
+  source's times have: two releases first seen in the same hour bucket of a metrics API are a tie,
+  which the version order of their names breaks, `version_key`), on the thumbs-down rate
   and on each failure layer's rate (`COMPARED_LAYERS`: every layer but `ok`), one-sided, "the
   candidate's rate is higher". The test is Fisher's exact test on the 2x2 table (`fisher_greater`):
   exact at any count, so a layer with 4 failures against 12 is tested as honestly as a rate over
@@ -42,10 +44,11 @@ The figures, and why these:
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Literal, TypeAlias, TypedDict, Unpack
 
@@ -264,12 +267,88 @@ class ReleaseRows(_Model):
 
 @dataclass
 class _Tally:
-    seen: list[datetime] = field(default_factory=list)
-    versions: Counter[str] = field(default_factory=Counter)
+    """One release's counts so far: its answers' first and last start, its versions (answers, and
+    the earliest start of each), votes, thumbs-down, layers, signatures; never the answers."""
+
+    answers: int = 0
+    first: datetime | None = None
+    last: datetime | None = None
+    versions: dict[str, tuple[int, datetime]] = field(default_factory=dict)
     votes: int = 0
     thumbs_down: int = 0
     layers: Counter[Layer] = field(default_factory=Counter)
     signatures: Counter[str] = field(default_factory=Counter)
+
+    def seen(self, at: datetime, versions: Iterable[str]) -> None:
+        self.answers += 1
+        self.first = at if self.first is None else min(self.first, at)
+        self.last = at if self.last is None else max(self.last, at)
+        for version in versions:
+            held, earliest = self.versions.get(version, (0, at))
+            self.versions[version] = (held + 1, min(earliest, at))
+
+    def version(self) -> str | None:
+        """The most common version (the one seen earliest on a tie)."""
+        if not self.versions:
+            return None
+        return min(self.versions.items(), key=lambda item: (-item[1][0], item[1][1], item[0]))[0]
+
+
+class ReleaseTally:
+    """Counts per release from one answer's rows at a time (`add`), however many answers: the
+    memory is the releases', not the answers' (a source read in trace order gives each trace's rows
+    together). `from_rows` is this over rows given in any order."""
+
+    def __init__(self) -> None:
+        self._tallies: dict[str, _Tally] = {}
+        self.notes: list[RowNote] = []
+        self.unreleased = 0
+
+    def add(self, trace_id: str, trace_rows: Sequence[TraceRow]) -> None:
+        """One answer (trace): all its rows. See `from_rows` for how they are counted."""
+        named = sorted({r.release for r in trace_rows if r.release is not None and r.release.strip()})
+        if not named:
+            self.unreleased += 1
+            return
+        if len(named) > 1:
+            self.notes.append(
+                RowNote(trace_id=trace_id, reason=f"named by releases {', '.join(named)}: counted in none")
+            )
+            return
+        tally = self._tallies.setdefault(named[0], _Tally())
+        tally.seen(min(r.timestamp for r in trace_rows), {v for r in trace_rows if (v := r.version) is not None})
+        votes = [r.vote for r in trace_rows if r.vote is not None]
+        down = any(v == 0 for v in votes)
+        tally.votes += bool(votes)
+        tally.thumbs_down += down
+        layer_set = {r.layer for r in trace_rows if r.layer is not None}
+        signature_set = {s for r in trace_rows if (s := r.signature)}
+        for what, found in (("layer", layer_set), ("signature", signature_set)):
+            if found and not down:
+                self.notes.append(
+                    RowNote(trace_id=trace_id, reason=f"a {what} without a thumbs-down: not counted")
+                )
+            elif len(found) > 1:
+                names = ", ".join(sorted(str(f) for f in found))
+                self.notes.append(
+                    RowNote(trace_id=trace_id, reason=f"{what}s {names} on one answer: counted as none")
+                )
+        if down and len(layer_set) == 1:
+            tally.layers[layer_set.pop()] += 1
+        if down and len(signature_set) == 1:
+            tally.signatures[signature_set.pop()] += 1
+
+    def result(self) -> ReleaseRows:
+        releases = []
+        for name, t in self._tallies.items():
+            assert t.first is not None and t.last is not None  # a tally is made by its first answer
+            releases.append(
+                ReleaseCounts(
+                    release=name, version=t.version(), first_seen=t.first, last_seen=t.last, answers=t.answers,
+                    votes=t.votes, thumbs_down=t.thumbs_down, layers=dict(t.layers), signatures=dict(t.signatures),
+                )  # fmt: skip
+            )
+        return ReleaseRows(releases=_in_order(releases), unreleased=self.unreleased, notes=self.notes)
 
 
 def from_rows(rows: Iterable[TraceRow]) -> ReleaseRows:
@@ -284,62 +363,52 @@ def from_rows(rows: Iterable[TraceRow]) -> ReleaseRows:
     by_trace: dict[str, list[TraceRow]] = {}
     for row in rows:
         by_trace.setdefault(row.trace_id, []).append(row)
-    traces = sorted(by_trace.items(), key=lambda item: (min(r.timestamp for r in item[1]), item[0]))
-    tallies: dict[str, _Tally] = {}
-    notes: list[RowNote] = []
-    unreleased = 0
-    for trace_id, trace_rows in traces:
-        named = sorted({r.release for r in trace_rows if r.release is not None and r.release.strip()})
-        if not named:
-            unreleased += 1
-            continue
-        if len(named) > 1:
-            notes.append(
-                RowNote(trace_id=trace_id, reason=f"named by releases {', '.join(named)}: counted in none")
-            )
-            continue
-        tally = tallies.setdefault(named[0], _Tally())
-        tally.seen.append(min(r.timestamp for r in trace_rows))
-        tally.versions.update({v for r in trace_rows if (v := r.version) is not None})
-        votes = [r.vote for r in trace_rows if r.vote is not None]
-        down = any(v == 0 for v in votes)
-        tally.votes += bool(votes)
-        tally.thumbs_down += down
-        layer_set = {r.layer for r in trace_rows if r.layer is not None}
-        signature_set = {s for r in trace_rows if (s := r.signature)}
-        for what, found in (("layer", layer_set), ("signature", signature_set)):
-            if found and not down:
-                notes.append(
-                    RowNote(trace_id=trace_id, reason=f"a {what} without a thumbs-down: not counted")
-                )
-            elif len(found) > 1:
-                names = ", ".join(sorted(str(f) for f in found))
-                notes.append(
-                    RowNote(trace_id=trace_id, reason=f"{what}s {names} on one answer: counted as none")
-                )
-        if down and len(layer_set) == 1:
-            tally.layers[layer_set.pop()] += 1
-        if down and len(signature_set) == 1:
-            tally.signatures[signature_set.pop()] += 1
-    releases = [
-        ReleaseCounts(
-            release=name,
-            version=t.versions.most_common(1)[0][0] if t.versions else None,
-            first_seen=min(t.seen),
-            last_seen=max(t.seen),
-            answers=len(t.seen),
-            votes=t.votes,
-            thumbs_down=t.thumbs_down,
-            layers=dict(t.layers),
-            signatures=dict(t.signatures),
-        )
-        for name, t in tallies.items()
-    ]
-    return ReleaseRows(releases=_in_order(releases), unreleased=unreleased, notes=notes)
+    tally = ReleaseTally()
+    for trace_id, trace_rows in sorted(by_trace.items(), key=lambda item: (min(r.timestamp for r in item[1]), item[0])):
+        tally.add(trace_id, trace_rows)
+    return tally.result()
 
 
-def _in_order(releases: Iterable[ReleaseCounts]) -> list[ReleaseCounts]:
-    ordered = sorted(releases, key=lambda r: (r.first_seen, r.release))
+#: a name's parts: a run of digits, a run of letters (with the `-`, `~` or digit before it, which
+#: makes it a pre-release: `1.0.0-rc.1`, `1.0a1`), or anything else (separators, ignored)
+_VERSION_PART = re.compile(r"(\d+)|((?<=\d)[A-Za-z]+|[-~][A-Za-z]+)|([A-Za-z]+)|[^\dA-Za-z]")
+#: a bucket's origin: a Monday at midnight UTC, where hour, day and week buckets all begin
+_BUCKET_ORIGIN = datetime(1970, 1, 5, tzinfo=UTC)
+
+
+def version_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    """A release name's place in version order: numbers compared as numbers (`2026.9` before
+    `2026.10`, `v1.9.0` before `v1.10.0`), a pre-release before its release (`1.0.0-rc.2` before
+    `1.0.0-rc.10` before `1.0.0`), text by its letters; separators do not count."""
+    key: list[tuple[int, int, str]] = []
+    for number, pre, text in (m.groups() for m in _VERSION_PART.finditer(name)):
+        if number is not None:
+            key.append((2, int(number), ""))
+        elif pre is not None:
+            key.append((0, 0, pre.lstrip("-~").lower()))
+        elif text is not None:
+            key.append((3, 0, text.lower()))
+    key.append((1, 0, ""))  # the end: after a pre-release part, before any more numbers
+    return tuple(key)
+
+
+def _seen_bucket(seen: datetime, resolution: timedelta) -> datetime:
+    """`seen` as precisely as the source knows it: the start of its bucket (the time itself at 0)."""
+    if resolution <= timedelta(0):
+        return seen
+    return seen - (seen - _BUCKET_ORIGIN) % resolution
+
+
+def _in_order(releases: Iterable[ReleaseCounts], resolution: timedelta = timedelta(0)) -> list[ReleaseCounts]:
+    """By first seen, compared at `resolution` (a metrics API's time bucket: two releases first
+    seen in one hour are a tie, whichever came first inside it, even when a voted answer gave one
+    of them an exact time); a tie by the version order of their names (`version_key`), then of
+    their versions."""
+
+    def key(r: ReleaseCounts) -> tuple[object, ...]:
+        return (_seen_bucket(r.first_seen, resolution), version_key(r.release), version_key(r.version or ""), r.release)
+
+    ordered = sorted(releases, key=key)
     names = Counter(r.release for r in ordered)
     if twice := sorted(name for name, n in names.items() if n > 1):
         raise ValueError(f"releases given more than once: {', '.join(twice)}")
@@ -548,12 +617,17 @@ class ReleaseWatch(_Model):
 
 
 def watch(
-    releases: Iterable[ReleaseCounts], *, alpha: float = ALPHA, **options: Unpack[CompareOptions]
+    releases: Iterable[ReleaseCounts],
+    *,
+    alpha: float = ALPHA,
+    resolution: timedelta = timedelta(0),
+    **options: Unpack[CompareOptions],
 ) -> ReleaseWatch:
-    """Each release's figures, and each release against the previous one (by first seen, then
-    name). The false-alarm rate is held at `alpha` per pair, not over the window's pairs."""
+    """Each release's figures, and each release against the previous one (by first seen at
+    `resolution`, the source's `ReleaseAnswers.resolution`; then in version order, `_in_order`).
+    The false-alarm rate is held at `alpha` per pair, not over the window's pairs."""
     _check_alpha(alpha)
-    ordered = _in_order(releases)
+    ordered = _in_order(releases, resolution)
     per = options.get("per", "answers")
     # read once: `layers` may be an iterator, and every pair compares them
     options["layers"] = tuple(dict.fromkeys(options.get("layers", COMPARED_LAYERS)))
@@ -631,7 +705,8 @@ def merge_answers(
     metrics store has not caught up with), the voted ones are the count. A release with votes and no
     counted answers is kept the same way. When the source's times are buckets (`resolution`), a
     voted answer's exact time inside the first (or last) bucket is the better estimate: two releases
-    first seen in the same hour are then ordered by their answers, not by name."""
+    first seen in the same hour are still a tie for their order (`_in_order` at `resolution`), as
+    one's first answer may be voted on and the other's not."""
     counted = {r.release: r for r in answers}
     with_votes = {r.release: r for r in voted}
     merged = []
@@ -656,7 +731,7 @@ def merge_answers(
                 }
             )
         )
-    return _in_order(merged)
+    return _in_order(merged, resolution)
 
 
 class ReleaseWindow(_Model):

@@ -22,14 +22,17 @@ against the one before it (`domain.releases`).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import chain, groupby
+from typing import TypeVar
 
 from triage.domain.config import TriageConfig
 from triage.domain.kernel import iso_z
@@ -38,6 +41,7 @@ from triage.domain.ports import (
     Backend,
     Judge,
     PacedSource,
+    ReadsInTraceOrder,
     ReleaseSource,
     ScoreReader,
     ScoreSink,
@@ -51,10 +55,10 @@ from triage.domain.releases import (
     ALPHA,
     Per,
     ReleaseCounts,
+    ReleaseRows,
+    ReleaseTally,
     ReleaseWindow,
-    TracePlace,
     TraceRow,
-    from_rows,
     gate,
     merge_answers,
     watch,
@@ -451,6 +455,138 @@ async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: Tria
 # -- the release watch: each release of the window, and each against the one before it ---------
 
 
+T = TypeVar("T")
+#: the traces placed per `trace_places` call while the release watch counts (Langfuse: ten
+#: requests of 100 ids; the store: two queries)
+TRACES_PER_PLACE = 1000
+Verdict = tuple[Layer | None, str | None, str | None]  # a trace's layer, component, signature
+
+
+def _in_trace_order(items: Iterable[T], trace_of: Callable[[T], str], what: str) -> Iterator[T]:
+    """`items` as they come, checked to be in trace order: the count of a trace is made from its
+    rows together, so a source out of order would count a trace twice."""
+    last = ""
+    for item in items:
+        trace = trace_of(item)
+        if trace < last:
+            raise SourceError(f"the {what} did not come in trace order ({trace!r} after {last!r})")
+        last = trace
+        yield item
+
+
+def _verdicts(
+    stored: Iterator[StoredScore], names: JobScoreNames, rule_version: str, tonight: Sequence[Entry]
+) -> Iterator[tuple[str, Verdict]]:
+    """Each trace's current verdict (`current_scores` of its stored scores, tonight's entry over
+    them), in trace order, from the stored scores in trace order."""
+    tonight_by = {e.trace_id: (e.layer, e.component, e.signature) for e in tonight}
+
+    def held() -> Iterator[tuple[str, Verdict]]:
+        for trace_id, group in groupby(stored, key=lambda score: score.trace_id):
+            if trace_id is None or trace_id in tonight_by:
+                continue
+            for job in current_scores(list(group), names, rule_version).values():
+                signature = job.signature.value if job.signature is not None else None
+                text = signature if isinstance(signature, str) else None
+                yield trace_id, (job.layer_value, job.component_value, text)
+
+    return heapq.merge(held(), sorted(tonight_by.items()), key=lambda item: item[0])
+
+
+def _count_voted(
+    source: ReleaseSource,
+    traces: TraceSource,
+    scores: ScoreReader,
+    config: TriageConfig,
+    start: datetime,
+    end: datetime,
+    tonight: Sequence[Entry],
+    components: dict[Layer, set[str]],
+) -> tuple[ReleaseRows, int, int]:
+    """The window's votes and verdicts counted per release (`ReleaseTally`), one trace at a time:
+    the votes and the job's scores are read in trace order (a `ReadsInTraceOrder` source sorts them
+    as it reads, a page at a time; another is read whole and sorted), merged, and each trace placed
+    (`trace_places`, `TRACES_PER_PLACE` at a time) and counted. Memory: the releases', plus the
+    votes on conversations (placed first) and tonight's entries, not the window's votes. Also the
+    votes on answers from outside the window, and those whose rated turn is not there yet. Adds to
+    `components` each layer's components."""
+    names = JobScoreNames(layer=config.scores.layer, component=config.scores.component,
+                          signature=config.scores.signature)  # fmt: skip
+    score_names = [config.scores.layer, config.scores.component, config.scores.signature]
+    votes: Iterator[Vote]
+    stored: Iterator[StoredScore]
+    if isinstance(source, ReadsInTraceOrder):
+        votes = source.votes_in_trace_order(config.scores.vote, start, end)
+    else:
+        votes = iter(sorted(source.cast_votes(config.scores.vote, start, end).votes, key=lambda v: v.trace_id or ""))
+    if isinstance(scores, ReadsInTraceOrder):
+        stored = scores.scores_in_trace_order(score_names, start, end)
+    else:
+        stored = iter(sorted(scores.scores(score_names, start, end), key=lambda s: s.trace_id or ""))
+    votes = _in_trace_order(votes, lambda v: v.trace_id or "", "votes")
+    stored = _in_trace_order(stored, lambda s: s.trace_id or "", "job's scores")
+    # the votes on a conversation (no trace) come first: each for the turn it rates, as the job places it
+    on_sessions: list[Vote] = []
+    first = next(votes, None)
+    while first is not None and not first.trace_id:
+        on_sessions.append(first)
+        first = next(votes, None)
+    session_ids = sorted({v.session_id for v in on_sessions if v.session_id})
+    sessions = traces.session_traces(session_ids) if session_ids else {}
+    rated: list[tuple[str, Vote]] = []
+    unplaced = 0
+    for vote in on_sessions:
+        turn = rated_trace(vote, sessions.get(vote.session_id, [])) if vote.session_id else None
+        if isinstance(turn, str):
+            rated.append((turn, vote))
+        else:
+            unplaced += 1
+    rated.sort(key=lambda item: item[0])
+    on_traces = ((v.trace_id or "", v) for v in chain([first] if first is not None else [], votes))
+    voted = heapq.merge(on_traces, rated, key=lambda item: item[0])
+    tagged: Iterator[tuple[str, Vote | Verdict]] = heapq.merge(
+        voted, _verdicts(stored, names, config.rule_version, tonight), key=lambda item: item[0]
+    )
+    tally = ReleaseTally()
+    outside = 0
+
+    def count(chunk: list[tuple[str, list[Vote | Verdict]]]) -> None:
+        nonlocal outside
+        places = source.trace_places([trace_id for trace_id, _ in chunk])
+        for trace_id, said in chunk:
+            place = places.get(trace_id)
+            if place is not None and not start <= place.start < end:
+                place = None
+            rows: list[TraceRow] = []
+            for item in said:
+                if isinstance(item, Vote):
+                    if place is None:
+                        outside += 1
+                    else:
+                        rows.append(TraceRow(trace_id=trace_id, release=place.release, version=place.version,
+                                             timestamp=place.start, vote=item.value))  # fmt: skip
+                    continue
+                layer, component, signature = item
+                if place is None or (layer is None and signature is None):
+                    continue
+                rows.append(TraceRow(trace_id=trace_id, release=place.release, version=place.version,
+                                     timestamp=place.start, layer=layer, signature=signature))  # fmt: skip
+                if layer is not None:
+                    components.setdefault(layer, set()).add(component or config.agent.default_component)
+            if rows:
+                tally.add(trace_id, rows)
+
+    chunk: list[tuple[str, list[Vote | Verdict]]] = []
+    for trace_id, group in groupby(tagged, key=lambda item: item[0]):
+        chunk.append((trace_id, [item for _, item in group]))
+        if len(chunk) >= TRACES_PER_PLACE:
+            count(chunk)
+            chunk = []
+    if chunk:
+        count(chunk)
+    return tally.result(), outside, unplaced
+
+
 def gather_releases(
     source: ReleaseSource,
     traces: TraceSource,
@@ -473,59 +609,15 @@ def gather_releases(
     store's GROUP BY). Then, per answer of the window: its votes cast in the window (a vote on a
     conversation counts for the turn it rates, as the job places it), and its failure's layer and
     signature, the job's current verdict (`current_scores`), tonight's `tonight` entries over the
-    stored ones. The owners of a layer are the configuration's (`rule.owners`) for the components
-    its failures were given."""
+    stored ones; read in trace order and counted one answer at a time (`_count_voted`). The owners
+    of a layer are the configuration's (`rule.owners`) for the components its failures were given.
+    Releases are ordered by first seen at the source's resolution, then in version order."""
     answers = source.release_answers(start, end)
     notes: list[str] = []
     counts: list[ReleaseCounts] = []
     components: dict[Layer, set[str]] = {}
     if answers.releases:
-        votes = source.cast_votes(config.scores.vote, start, end).votes
-        session_ids = sorted({v.session_id for v in votes if not v.trace_id and v.session_id})
-        sessions = traces.session_traces(session_ids) if session_ids else {}
-        voted: list[tuple[str, Vote]] = []
-        unplaced = 0
-        for vote in votes:
-            rated = vote.trace_id or (rated_trace(vote, sessions.get(vote.session_id, [])) if vote.session_id else None)
-            if isinstance(rated, str):
-                voted.append((rated, vote))
-            else:
-                unplaced += 1
-        names = JobScoreNames(layer=config.scores.layer, component=config.scores.component,
-                              signature=config.scores.signature)  # fmt: skip
-        stored = scores.scores([config.scores.layer, config.scores.component, config.scores.signature], start, end)
-        verdicts: dict[str, tuple[Layer | None, str | None, str | None]] = {}
-        for trace_id, held in current_scores(stored, names, config.rule_version).items():
-            signature = held.signature.value if held.signature is not None else None
-            verdicts[trace_id] = (
-                held.layer_value, held.component_value, signature if isinstance(signature, str) else None
-            )
-        for entry in tonight:
-            verdicts[entry.trace_id] = (entry.layer, entry.component, entry.signature)
-        places = source.trace_places(sorted({t for t, _ in voted} | set(verdicts)))
-
-        def place_of(trace_id: str) -> TracePlace | None:
-            place = places.get(trace_id)
-            return place if place is not None and start <= place.start < end else None
-
-        rows: list[TraceRow] = []
-        outside = 0
-        for trace_id, vote in voted:
-            place = place_of(trace_id)
-            if place is None:
-                outside += 1
-                continue
-            rows.append(TraceRow(trace_id=trace_id, release=place.release, version=place.version,
-                                 timestamp=place.start, vote=vote.value))  # fmt: skip
-        for trace_id, (layer, component, signature) in verdicts.items():
-            place = place_of(trace_id)
-            if place is None or (layer is None and signature is None):
-                continue
-            rows.append(TraceRow(trace_id=trace_id, release=place.release, version=place.version,
-                                 timestamp=place.start, layer=layer, signature=signature))  # fmt: skip
-            if layer is not None:
-                components.setdefault(layer, set()).add(component or config.agent.default_component)
-        read = from_rows(rows)
+        read, outside, unplaced = _count_voted(source, traces, scores, config, start, end, tonight, components)
         counts = merge_answers(answers.releases, read.releases, answers.resolution)
         if outside:
             notes.append(f"{outside} votes on answers that started before the window (or are unknown): not counted")
@@ -538,7 +630,7 @@ def gather_releases(
         found = sorted(components.get(layer) or {config.agent.default_component})
         return list(dict.fromkeys(o for component in found for o in rule_owners(layer, component, config)))
 
-    watched = watch(counts, alpha=alpha, per=per, owners=owners_of)
+    watched = watch(counts, alpha=alpha, per=per, owners=owners_of, resolution=answers.resolution)
     log.info(
         "releases %s .. %s: %d, answers counted by %s; worse than the one before: %s",
         start.isoformat(timespec="minutes"),

@@ -64,6 +64,13 @@ def code(text: object) -> str:
     return "`" + printable(redact(str(text)), USER_TEXT_CHARS).replace("`", "'") + "`"
 
 
+def code_cell(text: object) -> str:
+    """An identifier as inline code inside a table cell (release names, versions): `code`, its
+    pipes escaped. GFM splits a row at every pipe no backslash precedes, inside a code span too,
+    and shows `\\|` there as `|`."""
+    return code(text).replace("|", "\\|")
+
+
 def chart_label(text: object) -> str:
     """A Mermaid string: no quote, bracket or newline can end it early (owners are configuration)."""
     return " ".join(str(text).replace('"', "'").replace("[", "(").replace("]", ")").split())[:40]
@@ -117,7 +124,7 @@ templates = Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
-templates.filters.update(md=md, code=code, chart=chart_label, num=_num, rate=_rate, p=_p)
+templates.filters.update(md=md, code=code, code_cell=code_cell, chart=chart_label, num=_num, rate=_rate, p=_p)
 
 # -- the run report ----------------------------------------------------------------------------
 
@@ -455,6 +462,8 @@ def render_check(result: CheckResult) -> str:
         result=result,
         rate=result.pass_rate,
         regressed=len(result.regressed),
+        unchecked=len(result.unchecked),
+        lost=len(result.lost),
         statuses=list(CHECK_TITLES),
         titles=CHECK_TITLES,
         counts={status: result.count(status) for status in CHECK_TITLES},
@@ -474,6 +483,8 @@ def check_record(result: CheckResult) -> dict[str, object]:
         passed=result.passed,
         pass_rate=result.pass_rate,
         regressed=[c.result.case.item_id for c in result.regressed],
+        unchecked=[c.result.case.item_id for c in result.unchecked],
+        lost=[c.result.case.item_id for c in result.lost],
         counts={status: result.count(status) for status in STATUSES},
     )
     return data

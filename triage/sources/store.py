@@ -9,7 +9,8 @@ The embedded store's datasets (`triage promote`'s `DatasetSink`), kept as Langfu
 them: an item's id is unique in the project and cannot move to another dataset. And their runs
 (`triage check`'s `DatasetRuns`): `dataset_runs`, one row per (dataset, run name), and
 `dataset_run_items`, one row per (run, dataset item) with the case's result as JSON; the ids are
-derived from the names, so a rerun under the same run name adds no item twice.
+derived from the names, so a rerun under the same run name, or two at once, adds no item twice (a
+decided result is final; an undecided one is replaced when the case is judged again).
 """
 
 from __future__ import annotations
@@ -183,10 +184,14 @@ class DatasetRunTables:
                 if held is None or held["datasetName"] != run.dataset:
                     outcome.failed[result.item_id] = f"dataset item {result.item_id} not found in {run.dataset}"
                     continue
-                # one row per (run, case): a case the run holds keeps its first result
+                # one row per (run, case), its id derived from both (two runs of one name at once, in
+                # one file, still make one row): a DECIDED result is final; one the run holds
+                # undecided (an outage) is replaced by the result of the case asked again
                 db.execute(
                     "INSERT INTO dataset_run_items (id, runId, datasetItemId, traceId, outcome, result, createdAt) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET traceId = excluded.traceId, "
+                    "outcome = excluded.outcome, result = excluded.result "
+                    "WHERE dataset_run_items.outcome IS NULL OR dataset_run_items.outcome NOT IN ('pass', 'fail')",
                     (
                         run_item_id(run.dataset, run.name, result.item_id),
                         rid,
@@ -564,6 +569,55 @@ class Store(DatasetTables, DatasetRunTables):
         """The embedded store keeps one row per vote: `votes` is already this read."""
         return self.votes(score_name, start, end)
 
+    # -- ReadsInTraceOrder (the release watch, in the memory of its releases) ----------------------
+
+    def votes_in_trace_order(self, score_name: str, start: datetime, end: datetime) -> Iterator[Vote]:
+        """`votes`' votes, sorted by SQLite (trace ids as text, byte order: Python's order of str;
+        NULL and '', the votes on a session, first), read a page at a time (`_streamed`)."""
+        rows = self._streamed(
+            "SELECT * FROM scores WHERE name = ? AND ((timestamp >= ? AND timestamp < ?) "
+            "OR (updatedAt >= ? AND updatedAt < ?)) ORDER BY traceId, id",
+            (score_name, iso(start), iso(end), iso(start), iso(end)),
+        )
+        for row in rows:
+            vote = self._vote(row, start, end)
+            if isinstance(vote, Vote):
+                yield vote
+
+    def scores_in_trace_order(self, names: Sequence[str], start: datetime, end: datetime) -> Iterator[StoredScore]:
+        """`scores`, sorted by trace id (those on none first), read a page at a time."""
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return iter(())
+        rows = self._streamed(
+            f"SELECT * FROM scores WHERE name IN ({','.join('?' * len(wanted))}) AND timestamp >= ? "
+            "AND timestamp < ? ORDER BY traceId, id",
+            (*wanted, iso(start), iso(end)),
+        )
+        return (self._stored_score(row) for row in rows)
+
+    #: rows fetched at once by `_streamed`
+    STREAM_PAGE = 1000
+
+    def _streamed(self, sql: str, params: Sequence[Any]) -> Iterator[sqlite3.Row]:
+        """A query's rows, `STREAM_PAGE` at a time, on a connection of their own: SQLite sorts (on
+        disk past its cache), the store's lock is not held while the caller works between pages,
+        and no more than a page is in memory. An in-memory store has one connection: its rows are
+        read at once (such a store is small)."""
+        if self.path == ":memory:":
+            with self._lock:
+                rows = self._db.execute(sql, params).fetchall()
+            yield from rows
+            return
+        db = sqlite3.connect(self.path, check_same_thread=False)
+        try:
+            db.row_factory = sqlite3.Row
+            cursor = db.execute(sql, params)
+            while page := cursor.fetchmany(self.STREAM_PAGE):
+                yield from page
+        finally:
+            db.close()
+
     # -- DatasetSink (`triage promote`): datasets and dataset_items, upserted by id as Langfuse does
 
     # -- the relay's writes (`triage relay`) -------------------------------------------------------
@@ -620,26 +674,25 @@ class Store(DatasetTables, DatasetRunTables):
                 "ORDER BY timestamp, id",
                 (*wanted, iso(start), iso(end)),
             ).fetchall()
-        out = []
-        for row in rows:
-            metadata = json.loads(row["metadata"]) if row["metadata"] else None
-            reviewer = metadata.get("reviewer") if isinstance(metadata, dict) else None
-            author = reviewer if reviewer is not None else row["userId"]
-            out.append(
-                StoredScore(
-                    id=row["id"],
-                    name=row["name"],
-                    trace_id=row["traceId"],
-                    data_type=row["dataType"],
-                    value=row["stringValue"] if row["stringValue"] is not None else row["value"],
-                    comment=row["comment"],
-                    metadata=metadata,
-                    author=str(author) if author is not None else None,
-                    source=row["source"],
-                    timestamp=parse_stamp(row["timestamp"], "store"),
-                )
-            )
-        return out
+        return [self._stored_score(row) for row in rows]
+
+    @staticmethod
+    def _stored_score(row: sqlite3.Row) -> StoredScore:
+        metadata = json.loads(row["metadata"]) if row["metadata"] else None
+        reviewer = metadata.get("reviewer") if isinstance(metadata, dict) else None
+        author = reviewer if reviewer is not None else row["userId"]
+        return StoredScore(
+            id=row["id"],
+            name=row["name"],
+            trace_id=row["traceId"],
+            data_type=row["dataType"],
+            value=row["stringValue"] if row["stringValue"] is not None else row["value"],
+            comment=row["comment"],
+            metadata=metadata,
+            author=str(author) if author is not None else None,
+            source=row["source"],
+            timestamp=parse_stamp(row["timestamp"], "store"),
+        )
 
     # -- inspection (tests, `triage scores`) ---------------------------------------------------
 

@@ -33,9 +33,18 @@ Dataset runs: `triage check`'s results as Langfuse experiment runs (`DatasetRuns
   timestamp: written again, it is overwritten, never doubled.
 - Then `POST /api/public/dataset-run-items` (`runName`, `datasetItemId`, `traceId`, the run's
   metadata and `createdAt`) for each case whose score landed. Langfuse gives every POST a new id
-  (it takes none from the client), so a case the run already holds is never posted again: the
-  run's items are read first. A case whose score did not land is not added either, so a rerun under
-  the same run name does it again.
+  (it takes none from the client, and has no conditional create and no delete of one run item), so
+  the POST itself cannot be made idempotent: what is deterministic is the rest (the placeholder
+  trace ids and the score ids, so a case written twice lands on one score), and a case the run
+  already holds is never posted again: the run's items are read before each batch (`triage check`
+  writes as its cases finish) and again just before its POSTs. Two runs of one name at once can
+  then double an item only when both finish the same case within that last read and POST; the
+  runner starts each run at a random place in its cases to keep that rare, and a reader takes the
+  newest item of a case. A case whose score did not land is not added either, so a rerun under the
+  same run name does it again.
+- A case the run holds with an undecided result (an outage), judged again by a rerun: its score is
+  rewritten on the trace its run item links (the same id), no item is added. A decided result is
+  final: a held pass or fail is never overwritten, whoever writes.
 """
 
 from __future__ import annotations
@@ -316,19 +325,54 @@ class DatasetRunWrites:
             results[item] = RunItemResult.read(item, trace, row.metadata if row is not None else None)
         return results
 
+    def _decided(self, run: CheckRun, held: dict[str, str], item_ids: Sequence[str]) -> set[str]:
+        """Of `item_ids` (items the run holds), those whose result there is a pass or a fail."""
+        ids = {check_score_id(run.dataset, run.name, item, held[item]): item for item in item_ids}
+        if not ids:
+            return set()
+        rows = self.scores.by_id(list(ids), f"reading the results of run {run.name}", fields="details")
+        return {
+            item
+            for sid, item in ids.items()
+            if (row := rows.get(sid)) is not None and RunItemResult.read(item, held[item], row.metadata).decided
+        }
+
     def write_dataset_run(self, run: CheckRun, results: Sequence[RunItemResult]) -> DatasetWriteOutcome:
         outcome = DatasetWriteOutcome()
         held = self._run_items(run)
+        again = [r for r in results if r.item_id in held]
+        decided = self._decided(run, held, [r.item_id for r in again])
+        outcome.written += [r.item_id for r in again if r.item_id in decided]
+        # a case the run holds undecided (an outage), judged again: its score is rewritten on the trace
+        # the run item links (the id derives from it), so the run keeps one item with the new result
+        replaced = [
+            r.model_copy(
+                update={"trace_id": held[r.item_id], "agent_trace": r.agent_trace and r.trace_id == held[r.item_id]}
+            )
+            for r in again
+            if r.item_id not in decided
+        ]
         new = [r for r in results if r.item_id not in held]
-        outcome.written += [r.item_id for r in results if r.item_id in held]
-        scores = {r.item_id: check_score(run, r) for r in new}
+        scores = {r.item_id: check_score(run, r) for r in [*replaced, *new]}
         landed = self.writes.write(list(scores.values()))
         confirmed = set(landed.confirmed)
-        for result in new:
+
+        def landed_or_failed(result: RunItemResult) -> bool:
             score = scores[result.item_id]
-            if score.id not in confirmed:
-                reason = landed.failed.get(score.id, "not confirmed")
-                outcome.failed[result.item_id] = f"its {CHECK_SCORE} score was not written: {reason}"
+            if score.id in confirmed:
+                return True
+            reason = landed.failed.get(score.id, "not confirmed")
+            outcome.failed[result.item_id] = f"its {CHECK_SCORE} score was not written: {reason}"
+            return False
+
+        outcome.written += [r.item_id for r in replaced if landed_or_failed(r)]
+        to_post = [r for r in new if landed_or_failed(r)]
+        # read again just before posting: another run of the same name may have added some of these
+        # while the scores were written and confirmed (Langfuse takes no run item id: see the docstring)
+        now_held = self._run_items(run) if to_post else {}
+        for result in to_post:
+            if result.item_id in now_held:
+                outcome.written.append(result.item_id)
                 continue
             body = {
                 "runName": run.name,

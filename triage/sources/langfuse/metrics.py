@@ -11,7 +11,9 @@ Answers per release, the cheapest way the server offers (the log says which was 
 3. Neither (`404`, `405`, `501`, or a `400` refusing the query, as an older server does): the
    window's traces paged, 1000 root observations a request from `/v2/observations`
    (`fields=core,basic,trace_context`: the start, `version` and `release`), or on a v3 server
-   `GET /api/public/traces?fields=core`, 100 a request.
+   `GET /api/public/traces?fields=core`, 100 a request. Where each trace belongs goes, a page at a
+   time, into a temporary SQLite file (`_Places`), which counts them (a GROUP BY) and answers
+   `trace_places` after: a million traces are not a million objects in memory.
 
 The time buckets give each release its first and last sighting (the releases' order): the finest
 bucket whose rows fit the metrics API's row limit (`hour` for up to two weeks, then `day`,
@@ -32,7 +34,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -127,6 +130,18 @@ class MetricsAnswer(pydantic.BaseModel):
     data: list[MetricsRow]
 
 
+def _pages_of(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    """`rows` in lists of `size`: a page's worth at a time."""
+    page: list[dict[str, Any]] = []
+    for row in rows:
+        page.append(row)
+        if len(page) >= size:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
 @dataclass
 class _Tally:
     answers: int = 0
@@ -168,6 +183,58 @@ def _counts(tallies: dict[str, _Tally], start: datetime) -> list[ReleaseCounts]:
     return out
 
 
+#: trace ids per `IN (...)` of one `_Places` query (SQLite allows at least 999 variables)
+_IDS_PER_QUERY = 900
+
+
+def _stamp(at: datetime) -> str:
+    """A start as `_Places` keeps it: UTC text that sorts as the times do (to the microsecond)."""
+    return as_utc(at).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _Places:
+    """Where each paged trace belongs (its release, version and start), in a temporary SQLite file
+    that SQLite deletes when it is closed: the memory of a page, not of the window."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect("", check_same_thread=False)  # "": a temporary file on disk
+        self._db.execute("CREATE TABLE places (traceId TEXT PRIMARY KEY, release TEXT, version TEXT, start TEXT)")
+
+    def keep(self, places: Iterable[tuple[str, TracePlace]], *, earliest: bool) -> None:
+        """Each trace's place; for a trace already there, the earlier (`earliest`: a trace's rows
+        may repeat) or the first kept."""
+        rows = ((t, p.release, p.version, _stamp(p.start)) for t, p in places)
+        on_conflict = "DO UPDATE SET release = excluded.release, version = excluded.version, start = excluded.start "
+        self._db.executemany(
+            "INSERT INTO places VALUES (?, ?, ?, ?) ON CONFLICT (traceId) "
+            + (on_conflict + "WHERE excluded.start < places.start" if earliest else "DO NOTHING"),
+            rows,
+        )
+
+    def get(self, trace_ids: Sequence[str]) -> dict[str, TracePlace]:
+        found: dict[str, TracePlace] = {}
+        for i in range(0, len(trace_ids), _IDS_PER_QUERY):
+            chunk = trace_ids[i : i + _IDS_PER_QUERY]
+            for trace_id, release, version, start in self._db.execute(
+                f"SELECT * FROM places WHERE traceId IN ({', '.join('?' * len(chunk))})", chunk
+            ):
+                found[trace_id] = TracePlace(release=release, version=version, start=parse_time(start))
+        return found
+
+    def counted(self, start: datetime) -> ReleaseAnswers:
+        """The answers per release (and those with none), as `_by_metrics` counts its rows."""
+        tallies: dict[str, _Tally] = {}
+        unreleased = 0
+        for release, version, answers, first, last in self._db.execute(
+            "SELECT release, version, count(*), min(start), max(start) FROM places GROUP BY release, version"
+        ):
+            if release is None:
+                unreleased += answers
+            else:
+                tallies.setdefault(release, _Tally()).add(version, answers, parse_time(first), parse_time(last))
+        return ReleaseAnswers(releases=_counts(tallies, start), unreleased=unreleased, counted_by="paging")
+
+
 class LangfuseReleases:
     """The `ReleaseSource` of `LangfuseBackend`, on its client (and its retries and counters)."""
 
@@ -178,7 +245,7 @@ class LangfuseReleases:
         self.legacy = False  # True: /v2/observations answers 404 (Langfuse v3)
         self.filter_any_of = True  # False: the server refused a traceId `any of` filter
         #: the traces of a window that was paged: where each belongs, and the window
-        self._paged: tuple[datetime, datetime, dict[str, TracePlace]] | None = None
+        self._paged: tuple[datetime, datetime, _Places] | None = None
         self._window: tuple[datetime, datetime] | None = None  # the last window counted
 
     # -- answers per release --------------------------------------------------------------------
@@ -254,43 +321,40 @@ class LangfuseReleases:
         return None
 
     def _by_paging(self, start: datetime, end: datetime) -> ReleaseAnswers:
-        places = self._page_window(start, end)
-        tallies: dict[str, _Tally] = {}
-        unreleased = 0
-        for place in places.values():
-            if place.release is None:
-                unreleased += 1
-            else:
-                tallies.setdefault(place.release, _Tally()).add(place.version, 1, place.start, place.start)
-        return ReleaseAnswers(releases=_counts(tallies, start), unreleased=unreleased, counted_by="paging")
+        return self._page_window(start, end).counted(start)
 
-    def _page_window(self, start: datetime, end: datetime) -> dict[str, TracePlace]:
-        """Every trace started in [start, end): v2 root observations, else the legacy trace list."""
+    def _page_window(self, start: datetime, end: datetime) -> _Places:
+        """Every trace started in [start, end): v2 root observations, else the legacy trace list;
+        kept a page at a time in a `_Places`."""
         if self._paged is not None and self._paged[:2] == (start, end):
             return self._paged[2]
-        places: dict[str, TracePlace] = {}
+        places = _Places()
         if not self.legacy:
             try:
                 rows = self._root_rows(
                     "paging the window's traces", filter=json.dumps([_ROOTS]),
                     fromStartTime=iso_z(start), toStartTime=iso_z(end),
                 )  # fmt: skip
-                self._keep(places, rows)
+                for page in _pages_of(rows, OBS_PAGE):
+                    held: dict[str, TracePlace] = {}
+                    self._keep(held, page)
+                    places.keep(held.items(), earliest=True)
             except HttpStatus as ex:
                 if ex.status != 404:
                     raise fail("paging the window's traces", ex) from None
                 log.info("GET /api/public/v2/observations answers 404: paging the legacy trace list")
                 self.legacy = True
+                places = _Places()
         if self.legacy:
             places = self._legacy_window(start, end)
         self._paged = (start, end, places)
         return places
 
-    def _legacy_window(self, start: datetime, end: datetime) -> dict[str, TracePlace]:
-        places: dict[str, TracePlace] = {}
+    def _legacy_window(self, start: datetime, end: datetime) -> _Places:
+        places = _Places()
 
         def take(trace: Any, stamp: datetime) -> None:
-            places.setdefault(trace["id"], _place(trace, stamp))
+            places.keep([(trace["id"], _place(trace, stamp))], earliest=False)
 
         legacy_traces(self.http, "paging the window's traces", start, end, limit=LEGACY_PAGE, take=take)
         return places
@@ -299,9 +363,8 @@ class LangfuseReleases:
 
     def trace_places(self, trace_ids: Sequence[str]) -> dict[str, TracePlace]:
         ids = list(dict.fromkeys(trace_ids))
-        known = self._paged[2] if self._paged is not None else {}
-        places = {t: known[t] for t in ids if t in known}
-        missing = [t for t in ids if t not in known]
+        places = self._paged[2].get(ids) if self._paged is not None else {}
+        missing = [t for t in ids if t not in places]
         if self._paged is not None and (self.legacy or not missing):
             return places  # a v3 server: the window's traces were paged; the others are outside it
         for batch in id_batches(missing):
@@ -315,8 +378,7 @@ class LangfuseReleases:
                 self.legacy = True
         if self.legacy:
             if self._window is not None:  # a v3 server: the window's traces paged once, not one by one
-                known = self._page_window(*self._window)
-                return places | {t: known[t] for t in missing if t in known}
+                return places | self._page_window(*self._window).get(missing)
             for trace_id in missing:
                 places.update(self._legacy_place(trace_id))
         return places
