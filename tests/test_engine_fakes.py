@@ -187,13 +187,13 @@ def test_already_triaged_traces_are_not_judged_again() -> None:
 def test_search_down_leaves_a_trace_needing_the_index_undecided() -> None:
     source = FakeSource.from_rows([OTHER])
     searcher = FakeSearcher(enter_error=SearchError("search server unreachable at http://127.0.0.1:9/mcp"))
-    judge = FakeJudge().enqueue({"retrieved_has_answer": False})  # the index fact stays unknown
+    judge = FakeJudge()  # never asked: every fact of a searched trace may rest on the re-search
     result = run(source, judge, searcher)
 
-    assert judge.history[0].research is None and searcher.history == []
+    assert judge.history == [] and searcher.history == []
     [skipped] = result.skipped
     assert skipped.undecided.kind == "unavailable"
-    assert "index_has_answer" in skipped.undecided.reason and "unreachable" in skipped.undecided.reason
+    assert "search unavailable" in skipped.undecided.reason and "unreachable" in skipped.undecided.reason
     assert result.exit_code == ExitCode.DEGRADED
 
 

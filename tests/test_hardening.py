@@ -458,10 +458,11 @@ def test_sigterm_during_a_langfuse_outage_exits_within_30_s_with_the_summary() -
         env["TRIAGE_LANGFUSE_DEADLINE_SECONDS"] = (
             "600"  # without SIGTERM the writes would retry for 10 minutes
         )
-        server.schedule_restart(at_request=5, down_seconds=600)  # Langfuse goes away after the reads
+        # Langfuse goes away after the reads (the run marker's, the votes, triaged, observations)
+        server.schedule_restart(at_request=6, down_seconds=600)
         proc = _spawn_feedback(env, "--write")
         deadline = time.monotonic() + 30
-        while len(server.log) < 5 and time.monotonic() < deadline:  # until the reads are done
+        while len(server.log) < 6 and time.monotonic() < deadline:  # until the reads are done
             time.sleep(0.1)
         time.sleep(2.0)  # the writes are now retrying against a Langfuse that is gone
         sent = time.monotonic()

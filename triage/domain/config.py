@@ -263,6 +263,10 @@ class CalibrationConfig(_Section):
 class WindowConfig(_Section):
     lag_minutes: int = Field(default=15, ge=0)
     overlap_minutes: int = Field(default=60, ge=0)
+    #: with `--write`, a run reaches back to where the last complete run ended (its marker score),
+    #: at most this many days, so the thumbs-down an outage, a failed Job or a skipped night left
+    #: are triaged the next night (0: never further back than the window)
+    lookback_days: float = Field(default=7.0, ge=0, le=366)
 
 
 class AgentConfig(_Section):
@@ -280,6 +284,9 @@ class SearchConfig(_Section):
     max_query_chars: int = Field(default=512, ge=16)
     #: queries of its own a model judge may search when no passage shown holds the answer (0: none)
     judge_queries: int = Field(default=2, ge=0, le=5)
+    #: how long a run waits, in all, for a search that went down mid-run before it lists the traces
+    #: that need it (0: never wait); cronjob.yaml's activeDeadlineSeconds is sized for it
+    outage_wait_seconds: float = Field(default=600.0, ge=0, le=6 * 3600)
 
 
 class Component(_Section):

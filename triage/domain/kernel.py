@@ -33,12 +33,24 @@ def since_hours_problem(hours: float) -> str | None:
 
 
 def window(
-    now: datetime, since_hours: float, *, lag_minutes: float = 0, overlap_minutes: float = 0
+    now: datetime,
+    since_hours: float,
+    *,
+    lag_minutes: float = 0,
+    overlap_minutes: float = 0,
+    since: datetime | None = None,
+    lookback_days: float = 0,
 ) -> tuple[datetime, datetime]:
     """[start, end): `since_hours` ending `lag_minutes` before `now`, reaching `overlap_minutes`
-    further back (the nightly job's lag for late data and overlap with last night)."""
+    further back (the nightly job's lag for late data and overlap with last night). With `since`
+    (where the last complete run's window ended) the start reaches back to it, with the same
+    overlap, but never more than `lookback_days` before the end: what earlier nights left is
+    taken up, however many of them failed or were skipped."""
     end = now - timedelta(minutes=lag_minutes)
-    return end - timedelta(hours=since_hours, minutes=overlap_minutes), end
+    start = end - timedelta(hours=since_hours, minutes=overlap_minutes)
+    if since is not None and lookback_days > 0:
+        start = min(start, max(since - timedelta(minutes=overlap_minutes), end - timedelta(days=lookback_days)))
+    return start, end
 
 
 # -- time --------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ The run's lifecycle: opening the searcher (degraded when it is down) and honouri
 
 Votes grouped by trace: a vote on a session goes to the trace it rates (`domain.votes.rated_trace`).
 
+Nothing left behind: with `write`, the window reaches back to where the last complete run ended
+(`RUN_MARKER`, a score on a trace id of its own that a complete `write` run leaves), at most
+`[window] lookback_days` (a first run, with no marker, has the night's window), so an outage, a
+failed Job or a skipped night costs no vote: the next night triages what they left; traces already triaged stay skipped.
+
 After the traces: signatures and the trend, read from the scores already stored, written back.
 
 The history is the `triage_signature` scores of tonight and the 7 nights before (each carries its
@@ -36,7 +41,7 @@ from typing import TypeVar
 
 from triage.domain.config import TriageConfig
 from triage.domain.kernel import iso_z
-from triage.domain.outcome import Entry, RunResult
+from triage.domain.outcome import Entry, RunResult, Shard
 from triage.domain.ports import (
     Backend,
     Judge,
@@ -67,8 +72,8 @@ from triage.domain.rule import owners as rule_owners
 from triage.domain.scores import JobScoreNames, ScoreBody, SignatureMeta, current_scores, score_id
 from triage.domain.votes import TurnPending, rated_trace
 from triage.domain.worklist import NIGHTS, Member, Night, Signature, Worklist, assign
-from triage.engine.stream import Flight, Ledger, RunOptions, Stream, VerdictMaker, window
-from triage.errors import SearchError, SourceError, UsageError
+from triage.engine.stream import Flight, Ledger, OutageWait, RunOptions, Stream, VerdictMaker, window
+from triage.errors import ExitCode, SearchError, SourceError, UsageError
 from triage.judges.heuristic import HeuristicJudge
 from triage.retry import Budget
 from triage.search.local import Researcher
@@ -276,6 +281,105 @@ class Sources:
         )
 
 
+# -- the run marker: where the last complete run ended ------------------------------------------
+
+#: the score a complete `--write` run leaves (CATEGORICAL `complete`, timestamped at its window's
+#: end), on a trace id of its own per shard (`marker_trace`). A score, not a file: Langfuse or the
+#: embedded store already hold the job's state, a Pod's disk does not outlive it, and every shard
+#: and every retry reads the same one. Written with the last batch of signature scores, so a night
+#: costs no request more
+RUN_MARKER = "triage_run"
+COMPLETE = "complete"
+
+
+def marker_trace(shard: Shard) -> str:
+    """The trace id the marker is scored on (no trace of the agent's: it rates no answer), one per
+    shard, since each shard answers for its own votes only."""
+    return "triage-run" if shard.count == 1 else f"triage-run-{shard.index}-of-{shard.count}"
+
+
+#: how far back a marker is looked for: one a night, so a year is a few pages of one read
+MARKER_READ = timedelta(days=366)
+
+
+def last_complete(history: ScoreReader, end: datetime, shard: Shard) -> datetime | None:
+    """Where the latest complete run's window ended (None: no run ever completed here)."""
+    rows = history.scores([RUN_MARKER], end - MARKER_READ, end)
+    done = [r.timestamp for r in rows if r.trace_id == marker_trace(shard) and r.value == COMPLETE]
+    return max(done, default=None)
+
+
+def marker_score(result: RunResult, shard: Shard, config: TriageConfig) -> ScoreBody | None:
+    """This run's marker, when it is complete: every thumbs-down of its window triaged and written
+    (or listed for a reason no rerun changes: bad input, a turn still pending); else None."""
+    if result.exit_code != ExitCode.OK:
+        return None
+    on = marker_trace(shard)
+    return ScoreBody(
+        data_type="CATEGORICAL",
+        id=score_id(on, RUN_MARKER, iso_z(result.end)),  # one a run: never an upsert across runs
+        trace_id=on,
+        name=RUN_MARKER,
+        value=COMPLETE,
+        comment=f"triage feedback complete for {iso_z(result.start)} .. {iso_z(result.end)}",
+        metadata={"start": iso_z(result.start), "rule_version": config.rule_version},
+        timestamp=result.end,
+    )
+
+
+async def _reach_back(
+    sources: Sources, options: RunOptions, config: TriageConfig, start: datetime, end: datetime
+) -> datetime:
+    """The window's start reaching back to the last complete run, at most the lookback
+    (`kernel.window`). No marker at all is a first run: its window is the night's, since no earlier
+    night of this store left anything. Only with `write`: a dry run records nothing, and shows the
+    night's window. A marker that cannot be read costs the reach, never the run."""
+    if not options.write or sources.history is None or config.window.lookback_days <= 0:
+        return start
+    try:
+        since = await asyncio.to_thread(last_complete, sources.history, end, options.shard)
+    except SourceError as ex:
+        log.warning("the last complete run could not be read (%s): tonight's window only", ex,
+                    extra={"event": "marker_unavailable"})  # fmt: skip
+        return start
+    if since is None:
+        return start
+    reached, _ = window(options, config, since)
+    if reached < start:
+        log.info("reaching back to %s for what earlier runs left (the last complete run ended %s)",
+                 reached.isoformat(timespec="minutes"), since.isoformat(timespec="minutes"),
+                 extra={"event": "reach_back"})  # fmt: skip
+    return reached
+
+
+def with_marker(batches: Iterable[list[ScoreBody]], marker: ScoreBody | None) -> Iterator[list[ScoreBody]]:
+    """`batches`, the last one carrying `marker` (alone, when there is no batch)."""
+    last: list[ScoreBody] | None = None
+    for batch in batches:
+        if last is not None:
+            yield last
+        last = batch
+    if marker is not None:
+        last = [*(last or []), marker]
+    if last is not None:
+        yield last
+
+
+def _marker_failed(outcome: WriteOutcome, marker: ScoreBody) -> None:
+    if marker.id in outcome.failed:
+        log.warning("the run's marker was not written (tomorrow reaches further back): %s",
+                    outcome.failed[marker.id], extra={"event": "marker_not_written"})  # fmt: skip
+
+
+async def _mark(sources: Sources, body: ScoreBody) -> None:
+    """Leave this run's marker; one not written costs tomorrow a longer reach back, nothing else."""
+    try:
+        outcome = await asyncio.to_thread(sources.scores.write_scores, [body])
+    except SourceError as ex:
+        outcome = WriteOutcome(failed={body.id: str(ex)})
+    _marker_failed(outcome, body)
+
+
 async def run_feedback(
     *,
     sources: Sources,
@@ -308,6 +412,7 @@ async def _run(
 ) -> RunResult:
     started = time.monotonic()
     start, end = window(options, config)
+    start = await _reach_back(sources, options, config, start, end)
     result = RunResult(
         start=start,
         end=end,
@@ -347,10 +452,12 @@ async def _run(
                 config=config,
                 ledger=ledger,
                 researcher=researcher,
-                search_down=down_reason if judge.needs_research else None,
+                # none configured (only in-process callers pass none): no re-search is expected
+                search_down=down_reason if judge.needs_research and searcher is not None else None,
                 facts_out=facts_out,
                 concurrency=options.concurrency,
                 flight=flight,
+                outage=OutageWait(seconds=config.search.outage_wait_seconds, stop=stop),
             )
             by_trace = await asyncio.to_thread(votes_by_trace, sources.traces, down, ledger)
             # from here each trace's votes travel with it and are dropped once it is done, so memory
@@ -385,8 +492,11 @@ async def _run(
             )
             await stream.run(by_trace, trace_ids)
             result.search_calls = researcher.calls if researcher else 0
+    marker = marker_score(result, options.shard, config) if options.write else None
     if sources.history is not None and not stop.is_set():
-        await _worklist(sources, result, config, options)
+        marker = await _worklist(sources, result, config, options, marker)
+    if marker is not None:  # no signature batch carried it
+        await _mark(sources, marker)
     if sources.history is not None and sources.releases is not None and not stop.is_set():
         await _releases(sources, result, config, options)
     result.usage = judge.usage
@@ -395,8 +505,11 @@ async def _run(
     return result
 
 
-async def _worklist(sources: Sources, result: RunResult, config: TriageConfig, options: RunOptions) -> None:
-    """Signatures and the trend; a failure here costs the worklist, never the run's verdicts."""
+async def _worklist(
+    sources: Sources, result: RunResult, config: TriageConfig, options: RunOptions, marker: ScoreBody | None
+) -> ScoreBody | None:
+    """Signatures and the trend; a failure here costs the worklist, never the run's verdicts. The
+    run's `marker` goes with the last signature batch: returned when none carried it."""
     assert sources.history is not None
     try:
         length = timedelta(hours=options.since_hours)
@@ -406,9 +519,9 @@ async def _worklist(sources: Sources, result: RunResult, config: TriageConfig, o
     except SourceError as ex:
         log.warning("no worklist tonight: the earlier nights' scores could not be read: %s", ex,
                     extra={"event": "worklist_unavailable"})  # fmt: skip
-        return
+        return marker
     if not options.write:
-        return
+        return marker
     # in batches of `batch_size`, as the verdicts are: every write is confirmed by reading it back,
     # and the whole window's signature scores with their read-back rows at once grew with the window.
     # A few batches at once: each waits about a second for Langfuse to ingest before its read-back,
@@ -426,13 +539,20 @@ async def _worklist(sources: Sources, result: RunResult, config: TriageConfig, o
             outcome = WriteOutcome(failed={w.id: str(ex) for w in writes})
         finally:
             gate.release()
+        if marker is not None and any(w is marker for w in writes):
+            _marker_failed(outcome, marker)
+            outcome = WriteOutcome(
+                confirmed=[i for i in outcome.confirmed if i != marker.id],
+                failed={i: why for i, why in outcome.failed.items() if i != marker.id},
+            )
         confirmed += len(outcome.confirmed)
         failed.update(outcome.failed)
 
     # threads of their own: a write mostly waits, and the default pool has cores + 4 of them
     with ThreadPoolExecutor(SIGNATURE_WRITES_AT_ONCE, thread_name_prefix="signatures") as threads:
         async with asyncio.TaskGroup() as writing:
-            for writes in signature_batches(result.entries, result.worklist, config, options.batch_size):
+            batches = signature_batches(result.entries, result.worklist, config, options.batch_size)
+            for writes in with_marker(batches, marker):
                 await gate.acquire()  # the next batch is made only once one of the few in flight is done
                 writing.create_task(write(writes, threads))
     result.signatures_written = confirmed
@@ -440,6 +560,7 @@ async def _worklist(sources: Sources, result: RunResult, config: TriageConfig, o
         # the verdicts stand; tomorrow's run reads tonight's signatures only where they landed
         log.warning("%d signature scores not confirmed (a rerun writes them): %s", len(failed),
                     next(iter(failed.values())), extra={"event": "signatures_not_written"})  # fmt: skip
+    return None
 
 
 async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: TriageConfig) -> set[str]:

@@ -15,6 +15,11 @@ A progress line every few seconds, for a log read without a terminal (`Progress`
 The run's ledger (`Ledger`): every thumbs-down ends here, triaged (an `Entry`) or listed (`Skipped`).
 
 One trace to one verdict (`VerdictMaker`): re-search, judge, rule, component and owners, then its scores.
+
+No verdict without its evidence: a trace whose verdict may rest on the re-search (`needs_research`,
+read off the rule) is judged only once its re-search happened in full; while the search is down (a
+collection's breaker open, the server unreachable) it waits, the run's `OutageWait` at most, and is
+then listed undecided with the reason, never decided from less evidence nor sent to a model.
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ from triage.errors import (
 )
 from triage.reading.trace import read_trace
 from triage.redact import redact
-from triage.search.local import Researcher
+from triage.retry import Clock, current_clock
+from triage.search.local import Research, Researcher
 from triage.sinks.exports import write_facts_line
 
 
@@ -90,10 +96,18 @@ class Flight(Protocol):
     def flying(self, trace_id: str) -> AbstractContextManager[None]: ...
 
 
-def window(options: RunOptions, config: TriageConfig) -> tuple[datetime, datetime]:
-    """[start, end): `since_hours` ending `lag` before now, reaching `overlap` further back."""
+def window(options: RunOptions, config: TriageConfig, since: datetime | None = None) -> tuple[datetime, datetime]:
+    """[start, end): `since_hours` ending `lag` before now, reaching `overlap` further back; with
+    `since` (the last complete run's end), back to it, at most `lookback_days` (`kernel.window`)."""
     lag, overlap = config.window.lag_minutes, config.window.overlap_minutes
-    return kernel.window(options.now, options.since_hours, lag_minutes=lag, overlap_minutes=overlap)
+    return kernel.window(
+        options.now,
+        options.since_hours,
+        lag_minutes=lag,
+        overlap_minutes=overlap,
+        since=since,
+        lookback_days=config.window.lookback_days,
+    )
 
 
 log = logging.getLogger("triage")
@@ -228,6 +242,65 @@ def findings(path: RulePath, trace: Trace, *, searched_again: bool, collections:
     )
 
 
+def needs_research(trace: Trace, issues_collection: str) -> bool:
+    """Whether a verdict on `trace` may rest on the re-search, read off the rule (`walk`) with
+    every judged fact unknown: a path that reaches a layer so reads no judged fact (the agent made
+    no search call: `agent_skipped_retrieval`) and needs none. Every other path reads
+    `retrieved_has_answer` first, and the judges establish it with the re-search in hand (the
+    offline judge's word pool and its "clearly better passage elsewhere" check, the model's
+    containment call shown both sets), so every fact after it may rest on the re-search too."""
+    unknown = Facts(agent_searched=trace.searched, agent_searched_collections=sorted(trace.searched_collections))
+    return walk(unknown, issues_collection).layer is None
+
+
+#: how often a trace waiting out a search outage tries its re-search again; the breakers let one
+#: probe through every 30 s and refuse the rest at once, so trying is cheap
+OUTAGE_RETRY_SECONDS = 15.0
+
+
+@dataclass(kw_only=True, eq=False)
+class OutageWait:
+    """How long a run waits, in all, for its search to come back before it lists what is left.
+
+    The traces that need the re-search hold their place while the search is down (each tries again
+    every `every` seconds), so the run pauses rather than racing through the night listing every
+    trace; the wait is the run's (`seconds` in all from the first failure, never per trace), so an
+    outage that outlasts it costs one wait, and SIGTERM (`stop`) ends it at once."""
+
+    seconds: float
+    stop: asyncio.Event
+    every: float = OUTAGE_RETRY_SECONDS
+    clock: Clock = field(default_factory=current_clock)
+    #: when the wait runs out (monotonic, on `clock`); None until the first failure
+    until: float | None = None
+    #: turns waited, by all traces together
+    waits: int = 0
+
+    async def again(self, problem: str) -> bool:
+        """Wait a turn; False (without waiting) once the run's wait is spent or SIGTERM came."""
+        now = self.clock.monotonic()
+        if self.until is None:
+            self.until = now + self.seconds
+            if self.seconds > 0:
+                log.warning(
+                    "search unavailable (%s): waiting up to %ds for it to come back",
+                    problem,
+                    round(self.seconds),
+                    extra={"event": "search_waiting"},
+                )
+        if self.stop.is_set() or now >= self.until:
+            return False
+        self.waits += 1
+        sleep = asyncio.ensure_future(self.clock.async_sleep(min(self.every, self.until - now)))
+        stopped = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait([sleep, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleep, stopped):
+                task.cancel()
+        return not self.stop.is_set()
+
+
 @dataclass(kw_only=True, eq=False)
 class VerdictMaker:
     """Triage of one trace at a time, at most `concurrency` judged at once."""
@@ -240,12 +313,15 @@ class VerdictMaker:
     ledger: Ledger
     #: None when the judge needs no re-search, or there is no search (`run_feedback` opens none)
     researcher: Researcher | None
-    #: why the search is down, where it is
+    #: why the search is down, where one is configured; with neither this nor `researcher` no
+    #: search was configured at all (in-process callers), and facts rest on the trace alone
     search_down: str | None
     facts_out: IO[str] | None
     concurrency: int
     #: batch mode: told when each trace starts and ends (None: no one is told)
     flight: Flight | None = None
+    #: how long the run waits for a search that is down (None: not at all)
+    outage: OutageWait | None = None
     #: at most `concurrency` traces judged and as many searched at once, in two gates: the next
     #: traces' searches run while the judge waits on the model, so the model's slots never wait on
     #: a search (one gate around both left them a quarter idle in the nightly benchmark)
@@ -272,16 +348,16 @@ class VerdictMaker:
     async def _triage(self, trace: Trace, votes: list[Vote]) -> tuple[Entry, list[ScoreBody]] | None:
         comment = "\n".join(comments(votes)) or None
         research: list[Passage] | None = None
-        search_problem = self.search_down
-        unsearched: dict[str, str] = {}
         judge = self.judge if trace.searched else self.no_search_judge
-        if self.researcher is not None and trace.searched:
-            async with self.searching:
-                try:
-                    found = await self.researcher.research_all(trace, comment)
-                    research, unsearched = found.passages, found.unavailable
-                except SearchError as ex:
-                    search_problem = str(ex)
+        searching = self.researcher is not None or self.search_down is not None
+        if searching and self.judge.needs_research and needs_research(trace, self.config.agent.issues_collection):
+            found = await self._research(trace, comment)
+            if isinstance(found, str):
+                # never decided from less evidence than the rule reads, and never paid for: the
+                # judge is not asked; the rerun (or the next night's lookback) triages it
+                self.ledger.skip(votes, trace.id, "unavailable", f"search unavailable ({found})", trace.question)
+                return None
+            research = found.passages
         async with self.judging:
             try:
                 request = JudgeRequest.of(trace, research, comment, search_more=self._more(trace, research))
@@ -292,12 +368,6 @@ class VerdictMaker:
             except JudgeError as ex:
                 self.ledger.skip(votes, trace.id, "unavailable", f"judge unavailable: {ex}", trace.question)
                 return None
-        if unsearched and facts.index_has_answer is False:
-            # "nothing in the index holds it" needs every collection searched: with one down (its
-            # breaker open) the fact is unknown, and a trace whose layer needs it is listed
-            evidence = {name: held for name, held in facts.evidence.items() if name != "index_has_answer"}
-            facts = facts.model_copy(update={"index_has_answer": None, "evidence": evidence})
-            search_problem = "; ".join(f"the {c} collection: {why}" for c, why in unsearched.items())
         if not trace.answer.strip():
             facts = empty_answer_facts(facts)
         facts = bounded(decided_by(facts, judge.name))
@@ -305,11 +375,7 @@ class VerdictMaker:
         try:
             layer = path.decided
         except Undetermined as ex:
-            why = (
-                f"search unavailable ({search_problem})"
-                if ex.missing == "index_has_answer" and search_problem
-                else "the judge could not establish it"
-            )
+            why = "the judge could not establish it"
             self.ledger.skip(votes, trace.id, "unavailable", f"{ex}: {why}", trace.question)
             return None
         # a trace that searched nothing may still have read a page (`fetch_url`): what it read is
@@ -364,6 +430,27 @@ class VerdictMaker:
             environment=trace.environment,
         )
         return entry, scores
+
+    async def _research(self, trace: Trace, comment: str | None) -> Research | str:
+        """The trace's re-search in full (every collection answered), or why not once the run's
+        outage wait is spent: a collection unsearched leaves every judged fact in doubt (the
+        passages it would have added could change each one), so a partial re-search is none."""
+        while True:
+            if self.researcher is None:
+                problem = self.search_down or "no search"
+            else:
+                async with self.searching:
+                    try:
+                        found = await self.researcher.research_all(trace, comment)
+                    except SearchError as ex:
+                        problem = str(ex)
+                    else:
+                        if not found.unavailable:
+                            return found
+                        problem = "; ".join(f"the {c} collection: {why}" for c, why in found.unavailable.items())
+            # no searcher to try again (it could not be opened): waiting cannot bring it back
+            if self.researcher is None or self.outage is None or not await self.outage.again(problem):
+                return problem
 
     def scores_for(self, verdict: Verdict, trace: Trace, votes: list[Vote], *, sure: bool) -> list[ScoreBody]:
         names = self.config.scores

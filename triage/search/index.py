@@ -346,14 +346,22 @@ def _code_tool(index: Index, collection: str) -> Callable[..., str]:
     return search
 
 
+def search_tools(index: Index, tools: Mapping[str, str]) -> dict[str, Callable[..., str]]:
+    """One search function per `tools` entry (tool name -> collection), with the docs agent's
+    arguments and answers: what `build_server` serves (and the tests serve through other SDKs)."""
+    made: dict[str, Callable[..., str]] = {}
+    for name, collection in tools.items():
+        make = {"issues": _issues_tool, "code": _code_tool}.get(collection, _docs_tool)
+        made[name] = make(index, collection)
+    return made
+
+
 def build_server(index: Index, tools: Mapping[str, str]) -> MCPServer:
     """An MCP server with one search tool per `tools` entry (tool name -> collection)."""
     from mcp.server.mcpserver import MCPServer
 
     server = MCPServer(SERVER_NAME, instructions="Search tools over an embedded index of documentation.")
-    for name, collection in tools.items():
-        make = {"issues": _issues_tool, "code": _code_tool}.get(collection, _docs_tool)
-        fn = make(index, collection)
+    for name, fn in search_tools(index, tools).items():
         # tools are sync: MCPServer runs them in a worker thread, and the index is thread-safe
         server.add_tool(fn, name=name, description=fn.__doc__)
     return server

@@ -4,15 +4,19 @@ One session at a time, over streamable HTTP (optional bearer token) or stdio (a 
 by `triage.search.mcp_session.SessionKeeper` in a task of its own: a transport that dies mid-run
 fails the calls in flight instead of cancelling the caller, and a session the server lost (a
 restart, "Session not found") is replaced, each search caught by the loss made once more on the new
-one. Calls share the session, at most `concurrency` at a time, each with a deadline; identical calls
-are made once. A breaker per collection (`Breaker`, below) stops asking a backend that fails
-the same way every time.
+one. The protocol revision is negotiated per session (2026-07-28, stateless, where the server speaks
+it, else the 2025-11-25 handshake: see `mcp_session`); on a stateless session a search whose
+response stream broke is sent again at once under a new id. Calls share the session, at most
+`concurrency` at a time, each with a deadline; identical calls are made once. A breaker per
+collection (`Breaker`, below) stops asking a backend that fails the same way every time.
 
 Errors: server down or unreachable (after the connect attempts) -> `SearchError`; at the first
 contact, a bearer token refused (401/403), nothing at the MCP path (404/405), a configured tool the
-server lacks (or no tools at all) -> `ConfigError`; a tool error result, a time-out, or the docs agent's "Search failed:
-..." text -> `SearchFailed` (counted by the breaker); "Search rejected: ..." -> `SearchError`; a
-collection whose breaker is open -> `SearchSuspended`.
+server lacks (or no tools at all) -> `ConfigError`; the protocol refused (HTTP 400, -32022
+unsupported version or -32020 header mismatch), at the first contact or mid-run -> `ConfigError`,
+never retried; a tool error result, a time-out, or the docs agent's "Search failed: ..." text ->
+`SearchFailed` (counted by the breaker); "Search rejected: ..." -> `SearchError`; a collection whose
+breaker is open -> `SearchSuspended`.
 
 A breaker per collection: stop asking a search backend that fails the same way every time.
 
@@ -56,6 +60,8 @@ from triage.search.mcp_session import (
     Endpoint,
     SessionKeeper,
     describe,
+    protocol_refused,
+    refusal,
 )
 
 log = logging.getLogger("triage")
@@ -277,6 +283,12 @@ class McpSearcher:
         return self._keeper.server_name
 
     @property
+    def protocol_version(self) -> str | None:
+        """The MCP revision negotiated with the server (its latest session's): 2026-07-28 where
+        the server speaks it, else the handshake's 2025-11-25 (or older)."""
+        return self._keeper.version
+
+    @property
     def sessions(self) -> int:
         """Sessions opened so far: 1, plus one per renewal."""
         return self._keeper.sessions
@@ -367,23 +379,36 @@ class McpSearcher:
         return passages
 
     async def _call_tool(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """The call on the current session; once more on a new one when the session was lost
-        (waiting while it is renewed, within the reconnect policy)."""
-        for attempt in (1, 2):
+        """The call on the current session. On a stateless (2026-07-28) session, a request whose
+        response stream broke is sent again at once, under a new id (the revision's rule: nothing
+        resumes it); a call whose session was lost is made once more on a new one (waiting while it
+        is renewed, within the reconnect policy). A refusal of the protocol is a `ConfigError`."""
+        resent = renewed = False
+        while True:
             live = await self._keeper.session()
             self.calls += 1
             try:
                 # the SDK's read timeout answers a slow call; fail_after also bounds a stuck transport
                 with anyio.fail_after(self._timeout + 1.0):
-                    return await live.session.call_tool(tool, arguments, read_timeout_seconds=self._timeout)
+                    return await live.client.call_tool(tool, arguments, read_timeout_seconds=self._timeout)
             except (
                 MCPError, TimeoutError, anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream
             ) as exc:  # fmt: skip
+                if protocol_refused(exc):
+                    # (the SDK already re-listed the tools and resent once on a header mismatch)
+                    raise refusal(self.where, exc) from exc
+                if not resent and self._keeper.stream_broke(live, exc):
+                    resent = True
+                    log.info(
+                        "search tool %s at %s: the response stream broke (%s): sent again",
+                        tool, self.where, describe(exc), extra={"event": "search_resent"},
+                    )  # fmt: skip
+                    continue
                 if not self._keeper.lost(live, exc):
                     raise SearchFailed(f"search tool {tool} at {self.where} failed: {describe(exc)}") from exc
-                if attempt == 2:
+                if renewed:
                     raise SearchError(
                         f"search tool {tool} at {self.where}: the session was lost twice in one call "
                         f"({describe(exc)})"
                     ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+                renewed = True

@@ -12,12 +12,24 @@ is down: calls fail at once, and a call `probe_seconds` later tries one connect 
 The first contact is different: the `retry` policy (a server starting beside the job gets a moment),
 and what it finds wrong with the configuration ends the run before any trace is judged (exit 3): a
 404 or 405 at the MCP path (a wrong `TRIAGE_MCP_URL`), a refused token, a configured tool the server
-lacks, a server with no tools at all.
+lacks, a server with no tools at all, a server that refuses every protocol revision triage speaks.
+
+Two generations of the protocol: the 2025-11-25 handshake (`initialize`, then a session the server
+keeps under `Mcp-Session-Id`) and the stateless 2026-07-28 revision (no handshake, no session: each
+request carries its version; `server/discover` says what the server speaks). Each session is opened
+by the SDK's own negotiation (`mcp.Client`, `mode="auto"`): `server/discover` first, the newest
+revision both sides speak adopted, else the handshake. So one client reaches the docs agent's
+fastmcp 3.x (handshake only), the `mcp` 2.x and fastmcp 4.x servers (both) and servers that refuse
+the handshake. A session of a stateless server cannot be lost; its "renewal" is a new negotiation,
+which also follows a server rolled from one generation to the other. A refusal of the protocol (HTTP
+400 with JSON-RPC error -32022, unsupported version, or -32020, header mismatch) is a `ConfigError`:
+retrying cannot change the versions a server speaks.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import shlex
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -28,8 +40,10 @@ from typing import Any
 import anyio
 import httpx2
 import mcp_types as types
-from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp import Client, ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from triage.errors import ConfigError, SearchError, TriageError, leaves
 from triage.retry import Clock, RetryPolicy, current_clock
@@ -76,12 +90,26 @@ class Endpoint:
         return self.url or f"stdio command `{shlex.join(self.command)}`"
 
 
+#: the JSON-RPC errors by which a server refuses the protocol itself (the request's version, or
+#: its headers against its body): configuration, never an outage
+PROTOCOL_REFUSALS = (types.UNSUPPORTED_PROTOCOL_VERSION, types.HEADER_MISMATCH)
+#: every revision this client speaks, oldest first (for messages)
+SPOKEN = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
+
+
 @dataclass(frozen=True)
 class Live:
-    """An open session: `number` 1 is the run's first, each renewal adds one."""
+    """An open session: `number` 1 is the run's first, each renewal adds one; `version` the
+    protocol revision negotiated for it."""
 
-    session: ClientSession
+    client: Client
     number: int
+    version: str
+
+    @property
+    def stateless(self) -> bool:
+        """A 2026-07-28 (or later) session: the server keeps nothing, each request stands alone."""
+        return self.version in MODERN_PROTOCOL_VERSIONS
 
 
 def describe(exc: BaseException) -> str:
@@ -90,6 +118,37 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def protocol_refused(exc: BaseException) -> bool:
+    """Whether `exc` is the server refusing the protocol: a version it does not speak (-32022), or
+    headers that do not match the request (-32020), or a handshake answered with a version this
+    client does not know."""
+    if isinstance(exc, MCPError):
+        return exc.code in PROTOCOL_REFUSALS
+    return isinstance(exc, RuntimeError) and str(exc).startswith("Unsupported protocol version from the server")
+
+
+def refusal(where: str, exc: BaseException) -> ConfigError:
+    """The configuration error a protocol refusal stands for: what each side speaks, or (a header
+    mismatch) that something between the two rewrites the requests."""
+    if isinstance(exc, MCPError) and exc.code == types.HEADER_MISMATCH:
+        return ConfigError(
+            f"the search server at {where} refused the MCP protocol ({describe(exc)}): the requests' "
+            "MCP headers do not match their bodies when they reach it; check what sits between triage and "
+            f"the server (a proxy or gateway rewriting or dropping Mcp-* headers), or {URL_SETTING}"
+        )
+    offered = ""
+    if isinstance(exc, MCPError) and exc.code == types.UNSUPPORTED_PROTOCOL_VERSION:
+        try:
+            supported = types.UnsupportedProtocolVersionErrorData.model_validate(exc.error.data).supported
+        except ValidationError:
+            supported = []
+        offered = f"; it speaks {', '.join(supported)}" if supported else ""
+    return ConfigError(
+        f"the search server at {where} refused the MCP protocol ({describe(exc)}{offered}; triage speaks "
+        f"{', '.join(SPOKEN)}): point {URL_SETTING} at a server that speaks one of them, or upgrade triage"
+    )
 
 
 def _is_cancel(exc: BaseException) -> bool:
@@ -125,6 +184,17 @@ async def _all_tools(session: ClientSession) -> list[str]:
         if not cursor or cursor in seen:  # a server handing out the same cursor again would loop
             return names
         seen.add(cursor)
+
+
+async def _json_rpc_error(response: httpx2.Response) -> bool:
+    """Whether an HTTP error's body is a JSON-RPC error (an MCP server's own answer)."""
+    if not response.headers.get("content-type", "").lower().startswith("application/json"):
+        return False
+    try:
+        body = await response.aread()  # kept by the response: the SDK reads it again
+        return isinstance(types.jsonrpc_message_adapter.validate_json(body, by_name=False), types.JSONRPCError)
+    except (httpx2.StreamError, ValidationError):
+        return False
 
 
 class SessionKeeper:
@@ -165,6 +235,8 @@ class SessionKeeper:
         #: wakes `keep`: a session lost, a probe asked for, or the searcher closing
         self._wake = anyio.Event()
         self.server_name: str | None = None
+        #: the protocol revision negotiated for the latest session (None before the first)
+        self.version: str | None = None
 
     @property
     def where(self) -> str:
@@ -218,6 +290,18 @@ class SessionKeeper:
         self._notify()
         return True
 
+    def stream_broke(self, live: Live, exc: BaseException) -> bool:
+        """Whether `exc`, raised by a call on `live`, is a stateless session's request whose
+        response stream broke (a server restarting, a proxy cutting the stream) while the session
+        is still the current one: the 2026-07-28 rule is to send it again under a new id (nothing
+        resumes it), on the same session, for there is no session to renew."""
+        return (
+            live is self._live
+            and live.stateless
+            and isinstance(exc, MCPError)
+            and exc.code == types.CONNECTION_CLOSED
+        )
+
     def closing(self) -> bool:
         return self._closing
 
@@ -268,25 +352,33 @@ class SessionKeeper:
 
     async def _hold(self, first: bool, task_status: Any) -> None:
         established = False
-        # cancelled when the session is lost: no goodbye (DELETE) to a server that no longer has it
-        with anyio.CancelScope() as scope:
+        # cancelled when the session is lost: no goodbye (DELETE) to a server that no longer has it.
+        # Until the session is open its deadline bounds the first contact (transport, negotiation,
+        # tool list): the SDK's negotiation runs inside `Client`'s entry, where no fail_after can go
+        with anyio.CancelScope(deadline=anyio.current_time() + self._timeout) as scope:
             try:
-                async with (
-                    self._transport(first) as (read, write),
-                    ClientSession(read, write, read_timeout_seconds=self._timeout) as session,
-                ):
-                    with anyio.fail_after(self._timeout):
-                        init = await session.initialize()
-                        offered = await self._offered(session, first)
+                # the SDK's own negotiation: server/discover at the newest revision, else initialize
+                client = Client(self._transport(first), mode="auto", read_timeout_seconds=self._timeout, cache=None)
+                async with client:
+                    offered = await self._offered(client.session, first)
                     self._check_tools(offered, first)
+                    scope.deadline = math.inf
                     self._opened += 1
-                    self._live, self._down, self._probing = Live(session, self._opened), None, False
-                    self.server_name = init.server_info.name
+                    live = Live(client, self._opened, client.protocol_version)
+                    self._live, self._down, self._probing = live, None, False
+                    self.version = live.version
+                    info = client.server_info  # optional at 2026-07-28
+                    self.server_name = info.name if info is not None else None
                     established = True
                     if self._opened > 1:
                         log.warning(
-                            "search session %d open at %s", self._opened, self.where,
+                            "search session %d open at %s (MCP %s)", self._opened, self.where, live.version,
                             extra={"event": "search_session_renewed"},
+                        )  # fmt: skip
+                    else:
+                        log.info(
+                            "search server at %s speaks MCP %s%s", self.where, live.version,
+                            " (stateless)" if live.stateless else "", extra={"event": "search_session_open"},
                         )  # fmt: skip
                     self._wake = anyio.Event()
                     self._notify()
@@ -310,6 +402,8 @@ class SessionKeeper:
                         extra={"event": "search_session_lost"},
                     )  # fmt: skip
                 self._notify()
+        if scope.cancelled_caught and not established and not self._closing:
+            raise SearchError(f"search server unreachable at {self.where}: no session within {self._timeout:g} s")
 
     async def _offered(self, session: ClientSession, first: bool) -> list[str]:
         try:
@@ -349,7 +443,9 @@ class SessionKeeper:
                 # session (the SDK's business) or a server restarting behind an ingress
                 request = response.request
                 if first and response.status_code in (404, 405) and request.method == "POST":
-                    if "mcp-session-id" not in request.headers:  # with one, a 404 is a lost session
+                    # with a session id, a 404 is a lost session; with a JSON-RPC error, an MCP
+                    # server's answer (a 2026-07-28 server says "method not found" with a 404)
+                    if "mcp-session-id" not in request.headers and not await _json_rpc_error(response):
                         raise _HttpRefused(response.status_code)
 
             http = httpx2.AsyncClient(
@@ -383,5 +479,7 @@ class SessionKeeper:
                 )
             if isinstance(leaf, ConfigError):
                 return leaf
+            if protocol_refused(leaf):
+                return refusal(self.where, leaf)
         cause = "; ".join(dict.fromkeys(describe(leaf) for leaf in found if not _is_cancel(leaf)))
         return SearchError(f"search server unreachable at {self.where}: {cause or describe(exc)}")
