@@ -32,6 +32,12 @@ behaviour that makes Langfuse tricky (see ../shared/notes/langfuse.md):
   connections closed, then reopened on the same port), per-request latency, and a legacy mode where
   `/api/public/v2/observations` answers 404 (a Langfuse v3 server) and traces are read through
   `GET /api/public/traces/{id}` and `GET /api/public/sessions/{id}`;
+- `v4=True`, a Langfuse v4 server (Cloud since 2026-11-16): the endpoints v4 removed answer 404
+  (dataset run items, a dataset's runs, `/ingestion`, v1 metrics, the legacy trace, observation,
+  session and v2 score reads), `POST /api/public/otel/v1/traces` takes OTLP/JSON spans and makes
+  those with experiment attributes experiments and experiment items, which `GET
+  /api/public/experiments` and `GET /api/public/experiment-items` list (see their block below);
+  without it those three answer 404, as a v3 server without experiments;
 - a request log (method, path, query, status, bodies) for counting requests and spec checks.
 
 Data loads from the import format of notes/contracts.md (one trace per record).
@@ -190,6 +196,7 @@ class LangfuseStandIn:
         record_bodies: bool = True,
         metrics_api: Iterable[str] = ("v1", "v2"),
         clock: Callable[[], float] = time.monotonic,
+        v4: bool = False,
     ) -> None:
         if score_contract not in {"both", "single"}:
             raise ValueError("score_contract is 'both' (SDK 5.x server) or 'single' (older server)")
@@ -212,6 +219,13 @@ class LangfuseStandIn:
         #: which metrics API the server has: "v2" (`/api/public/v2/metrics`, Cloud and v4), "v1"
         #: (`/api/public/metrics`, v3; gone on v4); the others answer 404
         self.metrics_api = set(metrics_api)
+        #: a Langfuse v4 server: experiments and OTLP ingestion, and the removed endpoints a 404
+        self.v4 = v4
+        #: OTLP spans as stored (one row per (trace id, span id, start): a span sent again with
+        #: another start is a second row, as the events table keeps it), and what broke the
+        #: experiment attributes' rules (for assertions)
+        self._otel_spans: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self.otel_problems: list[str] = []
         self.drop_score_ids: set[str] = set()
         #: `GET`/`POST /api/public/score-configs` (ScoreConfig objects, as the API returns them)
 
@@ -571,6 +585,11 @@ class LangfuseStandIn:
                 self._accepted_times.append(now)
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:
+        if self.v4 and removed_on_v4(method, path):
+            raise HttpProblem(404, "Not Found")
+        experiments = self._route_experiments(method, path, query, body)
+        if experiments is not None:
+            return experiments
         if method == "GET" and path == "/api/public/projects":
             return 200, self._projects()
         if method == "GET" and path == "/api/public/v3/scores":
@@ -1558,7 +1577,297 @@ class LangfuseStandIn:
             "meta": {"page": page, "limit": limit, "totalItems": total, "totalPages": math.ceil(total / limit)},
         }
 
+    # ----------------------------------------------------------------- experiments (Langfuse v4)
+    #
+    # `POST /api/public/otel/v1/traces` (OTLP/JSON; the OpenAPI file's request body): every span is
+    # kept, keyed by (trace id, span id, start); a span carrying `langfuse.experiment.id` whose id is
+    # its `langfuse.experiment.item.root_observation_id` is an experiment item, and the experiment is
+    # what its spans say (name, description, metadata, dataset). Every span of a trace that holds
+    # experiment spans must carry the five attributes the notes name (else `otel_problems` says
+    # which). `GET /api/public/experiments` lists experiments by latest activity (their items' end),
+    # `GET /api/public/experiment-items` items by start, newest first, both with a versioned base64url
+    # cursor, `fromStartTime` required, `limit` at most 100; an item's scores are those on its trace.
+
+    def otel_spans(self) -> list[dict[str, Any]]:
+        """The stored spans (copies), for assertions."""
+        with self._lock:
+            return [copy.deepcopy(s) for s in self._otel_spans.values()]
+
+    def _route_experiments(
+        self, method: str, path: str, query: dict[str, list[str]], body: bytes
+    ) -> tuple[int, Any] | None:
+        if path not in {"/api/public/otel/v1/traces", "/api/public/experiments", "/api/public/experiment-items"}:
+            return None
+        if not self.v4:
+            raise HttpProblem(404, "Not Found")
+        if method == "POST" and path == "/api/public/otel/v1/traces":
+            if len(body) > 5_000_000:
+                raise HttpProblem(413, "Request body larger than 5 MB")
+            self._post_otel(_json_body(body))
+            return 200, {}
+        if method == "GET" and path == "/api/public/experiments":
+            return 200, self._list_experiments({k: v[-1] for k, v in query.items()})
+        if method == "GET" and path == "/api/public/experiment-items":
+            return 200, self._list_experiment_items({k: v[-1] for k, v in query.items()})
+        raise HttpProblem(405, "Method not allowed")
+
+    def _post_otel(self, payload: Any) -> None:
+        if not isinstance(payload, dict) or not isinstance(payload.get("resourceSpans"), list):
+            raise HttpProblem(400, "Invalid request: resourceSpans is required")
+        spans: list[dict[str, Any]] = []
+        for resource in payload["resourceSpans"]:
+            for scope in (resource or {}).get("scopeSpans") or []:
+                for span in (scope or {}).get("spans") or []:
+                    spans.append(_otel_span(span))
+        with self._lock:
+            for span in spans:
+                self._otel_spans[(span["traceId"], span["spanId"], span["startNanos"])] = span
+            traces = {s["traceId"] for s in spans if EXPERIMENT_KEYS[0] in s["attributes"]}
+            for span in spans:
+                missing = [k for k in EXPERIMENT_KEYS if k not in span["attributes"]]
+                if span["traceId"] in traces and missing:
+                    self.otel_problems.append(f"span {span['spanId']} lacks {', '.join(missing)}")
+
+    def _experiment_items(self, q: dict[str, str]) -> list[dict[str, Any]]:
+        """The item spans in [fromStartTime, toStartTime), newest first (under the lock)."""
+        start = _time_param(q, "fromStartTime")
+        if start is None:
+            raise HttpProblem(400, "fromStartTime is required")
+        end = _time_param(q, "toStartTime")
+        items = [
+            s
+            for s in self._otel_spans.values()
+            if s["attributes"].get(EXPERIMENT_KEYS[0])
+            and s["attributes"].get("langfuse.experiment.item.root_observation_id") == s["spanId"]
+            and s["start"] >= start
+            and (end is None or s["start"] < end)
+        ]
+        items.sort(key=lambda s: (s["start"], s["spanId"]), reverse=True)
+        return items
+
+    def _list_experiments(self, q: dict[str, str]) -> dict[str, Any]:
+        groups = _field_groups(q, {"core", "metadata", "scores"}, {"core"})
+        limit = _int_param(q, "limit", 50)
+        if not 1 <= limit <= 100:
+            raise HttpProblem(400, "limit must be between 1 and 100")
+        with self._lock:
+            items = self._experiment_items(q)
+            by_id: dict[str, list[dict[str, Any]]] = {}
+            for span in items:
+                by_id.setdefault(span["attributes"][EXPERIMENT_KEYS[0]], []).append(span)
+            rows = []
+            for exp_id, spans in by_id.items():
+                first = max(spans, key=lambda s: s["end"])  # the newest says what the experiment is
+                attrs = first["attributes"]
+                row: dict[str, Any] = {
+                    "id": exp_id,
+                    "name": attrs.get("langfuse.experiment.name", ""),
+                    "description": attrs.get("langfuse.experiment.description"),
+                    "startTime": iso(min(s["start"] for s in spans)),
+                    "endTime": iso(max(s["end"] for s in spans)),
+                    "itemCount": len(spans),
+                    "datasetId": attrs.get("langfuse.experiment.dataset.id"),
+                }
+                if "metadata" in groups:
+                    row["metadata"] = _json_attr(attrs.get("langfuse.experiment.metadata"), {})
+                if "scores" in groups:
+                    row["scores"] = []  # experiment-level scores: triage writes none
+                rows.append(row)
+        rows = [
+            r
+            for r in rows
+            if (not q.get("id") or r["id"] in _csv(q["id"]))
+            and (not q.get("name") or r["name"] in _csv(q["name"]))
+            and (not q.get("datasetId") or r["datasetId"] in _csv(q["datasetId"]))
+        ]
+        rows.sort(key=lambda r: (r["endTime"], r["id"]), reverse=True)
+        return _cursor_page(q, rows, limit)
+
+    def _list_experiment_items(self, q: dict[str, str]) -> dict[str, Any]:
+        allowed = {"core", "dataset", "io", "metadata", "itemMetadata", "experimentMetadata", "scores"}
+        groups = _field_groups(q, allowed, {"core", "dataset"})
+        limit = _int_param(q, "limit", 50)
+        if not 1 <= limit <= 100:
+            raise HttpProblem(400, "limit must be between 1 and 100")
+        score_limit = _int_param(q, "scoreLimit", 50)
+        if not 1 <= score_limit <= 50:
+            raise HttpProblem(400, "scoreLimit must be between 1 and 50")
+        with self._lock:
+            self._apply_due()
+            spans = self._experiment_items(q)
+            rows = []
+            for span in spans:
+                attrs = span["attributes"]
+                if q.get("experimentId") and attrs[EXPERIMENT_KEYS[0]] not in _csv(q["experimentId"]):
+                    continue
+                if q.get("experimentName") and attrs.get("langfuse.experiment.name") not in _csv(q["experimentName"]):
+                    continue
+                if q.get("experimentItemId") and attrs.get("langfuse.experiment.item.id") not in _csv(
+                    q["experimentItemId"]
+                ):
+                    continue
+                if q.get("datasetId") and attrs.get("langfuse.experiment.dataset.id") not in _csv(q["datasetId"]):
+                    continue
+                rows.append(self._experiment_item_body(span, groups, score_limit))
+        return _cursor_page(q, rows, limit)
+
+    def _experiment_item_body(self, span: dict[str, Any], groups: set[str], score_limit: int) -> dict[str, Any]:
+        attrs = span["attributes"]
+        level = attrs.get("langfuse.observation.level")
+        row: dict[str, Any] = {
+            "id": span["spanId"],
+            "traceId": span["traceId"],
+            "startTime": iso(span["start"]),
+            "endTime": iso(span["end"]),
+            "level": level if level in {"DEBUG", "DEFAULT", "WARNING", "ERROR"} else "DEFAULT",
+            "environment": attrs.get("langfuse.environment") or "default",
+            "experimentId": attrs[EXPERIMENT_KEYS[0]],
+            "experimentName": attrs.get("langfuse.experiment.name", ""),
+            "experimentItemId": attrs.get("langfuse.experiment.item.id", ""),
+        }
+        if "dataset" in groups:
+            row["experimentDatasetId"] = attrs.get("langfuse.experiment.dataset.id")
+            row["experimentItemVersion"] = attrs.get("langfuse.experiment.item.version")
+        if "io" in groups:
+            row["input"] = _json_attr(attrs.get("langfuse.observation.input"), None)
+            row["output"] = _json_attr(attrs.get("langfuse.observation.output"), None)
+            row["expectedOutput"] = _json_attr(attrs.get("langfuse.experiment.item.expected_output"), None)
+        if "metadata" in groups:
+            prefix = "langfuse.observation.metadata."
+            row["metadata"] = {k[len(prefix) :]: v for k, v in attrs.items() if k.startswith(prefix)}
+        if "itemMetadata" in groups:
+            row["experimentItemMetadata"] = _json_attr(attrs.get("langfuse.experiment.item.metadata"), None)
+        if "experimentMetadata" in groups:
+            row["experimentMetadata"] = _json_attr(attrs.get("langfuse.experiment.metadata"), None)
+            row["experimentDescription"] = attrs.get("langfuse.experiment.description")
+        if "scores" in groups:
+            # the current row of each score on the item's trace (core fields: no `details` group here)
+            newest: dict[str, dict[str, Any]] = {}
+            for r in self._score_rows:
+                held = newest.get(r["id"])
+                if r["traceId"] == span["traceId"] and (
+                    held is None or (r["updatedAt"], r["_seq"]) > (held["updatedAt"], held["_seq"])
+                ):
+                    newest[r["id"]] = r
+            row["scores"] = [self._score_v3_out(r, []) for r in list(newest.values())[:score_limit]]
+        return row
+
+
 # --------------------------------------------------------------------------- filter evaluation
+
+
+
+# --------------------------------------------------------------------------- experiments (Langfuse v4)
+
+#: the attributes every span of an experiment item's trace carries (../shared/notes/langfuse.md)
+EXPERIMENT_KEYS = (
+    "langfuse.experiment.id",
+    "langfuse.experiment.name",
+    "langfuse.experiment.dataset.id",
+    "langfuse.experiment.item.id",
+    "langfuse.experiment.item.root_observation_id",
+)
+#: what Langfuse v4 removed (Cloud on 2026-11-16): a 404 there (../shared/notes/langfuse.md)
+REMOVED_ON_V4 = (
+    (("GET", "POST"), re.compile(r"/api/public/dataset-run-items")),
+    (("GET", "DELETE"), re.compile(r"/api/public/datasets/[^/]+/runs(/[^/]+)?")),
+    (("POST",), re.compile(r"/api/public/ingestion")),
+    (("GET",), re.compile(r"/api/public/metrics")),
+    (("GET",), re.compile(r"/api/public/traces(/[^/]+)?")),
+    (("GET",), re.compile(r"/api/public/observations(/[^/]+)?")),
+    (("GET",), re.compile(r"/api/public/v2/scores")),
+    (("GET",), re.compile(r"/api/public/sessions(/[^/]+)?")),
+)
+HEX = re.compile(r"[0-9a-f]+")
+
+
+def removed_on_v4(method: str, path: str) -> bool:
+    return any(method in methods and pattern.fullmatch(path) for methods, pattern in REMOVED_ON_V4)
+
+
+def _otel_nanos(value: Any, what: str) -> int:
+    # OTLP/JSON: a decimal string (uint64); numbers are taken too
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdigit():
+        raise HttpProblem(400, f"Invalid span: {what} is not a time in nanoseconds")
+    return int(value)
+
+
+def _otel_value(value: Any) -> Any:
+    if not isinstance(value, dict) or len(value) != 1:
+        raise HttpProblem(400, "Invalid span: an attribute value holds one of stringValue, intValue, ...")
+    (kind, inner), = value.items()
+    if kind not in {"stringValue", "intValue", "doubleValue", "boolValue"}:
+        raise HttpProblem(400, f"Invalid span: attribute value kind {kind} is not modelled")
+    return int(inner) if kind == "intValue" else inner
+
+
+def _otel_span(span: Any) -> dict[str, Any]:
+    """One OTLP/JSON span as stored; a 400 for what the OTLP/JSON encoding does not allow."""
+    if not isinstance(span, dict):
+        raise HttpProblem(400, "Invalid span: not an object")
+    for key, length in (("traceId", 32), ("spanId", 16)):
+        value = span.get(key)
+        if not isinstance(value, str) or len(value) != length or not HEX.fullmatch(value) or not value.strip("0"):
+            raise HttpProblem(400, f"Invalid span: {key} is not {length} lowercase hex digits")
+    start = _otel_nanos(span.get("startTimeUnixNano"), "startTimeUnixNano")
+    end = _otel_nanos(span.get("endTimeUnixNano"), "endTimeUnixNano")
+    attributes: dict[str, Any] = {}
+    for pair in span.get("attributes") or []:
+        if not isinstance(pair, dict) or not isinstance(pair.get("key"), str):
+            raise HttpProblem(400, "Invalid span: an attribute has no key")
+        attributes[pair["key"]] = _otel_value(pair.get("value"))
+
+    def stamp(nanos: int) -> datetime:
+        seconds, rest = divmod(nanos, 1_000_000_000)
+        return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest // 1000)
+
+    return {
+        "traceId": span["traceId"],
+        "spanId": span["spanId"],
+        "parentSpanId": span.get("parentSpanId"),
+        "name": span.get("name"),
+        "startNanos": start,
+        "start": _ms(stamp(start)),
+        "end": _ms(stamp(max(start, end))),
+        "attributes": attributes,
+    }
+
+
+def _json_attr(value: Any, default: Any) -> Any:
+    """An attribute holding JSON (input, output, metadata), parsed; kept as text where it is none."""
+    if value is None:
+        return default
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _field_groups(q: dict[str, str], allowed: set[str], default: set[str]) -> set[str]:
+    groups = set(_csv(q.get("fields"))) or default
+    unknown = groups - allowed
+    if unknown:
+        raise HttpProblem(400, f"Invalid fields: {', '.join(sorted(unknown))}")
+    return groups
+
+
+def _cursor_page(q: dict[str, str], rows: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    """A page of `rows` after the versioned base64url cursor; the next page's cursor when there is one."""
+    offset = 0
+    if q.get("cursor"):
+        try:
+            version, offset = _decode_cursor(q["cursor"], urlsafe=True)
+            if version != "v1" or not isinstance(offset, int) or offset < 0:
+                raise ValueError("not a cursor")
+        except ValueError:
+            raise HttpProblem(400, "Invalid cursor") from None
+    page = rows[offset : offset + limit]
+    meta: dict[str, Any] = {}
+    if offset + limit < len(rows):
+        meta["cursor"] = _encode_cursor(["v1", offset + limit], urlsafe=True)
+    return {"data": page, "meta": meta}
 
 
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9_ .()\-]{1,35}$")

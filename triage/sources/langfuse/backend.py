@@ -21,7 +21,9 @@ Datasets: regression cases as Langfuse dataset items (`triage promote`).
 
 Plain HTTP through the shared client and its retries (a retried POST is safe: it upserts by id).
 
-Dataset runs: `triage check`'s results as Langfuse experiment runs (`DatasetRuns`).
+Dataset runs: `triage check`'s results as Langfuse experiment runs (`DatasetRuns`). On a Langfuse v4
+server (detected once: `experiments.server_generation`) they are experiments, written as OTLP spans
+(`experiments`); the dataset-run endpoints below, removed by v4, are used on a v3 server only.
 
 - `GET /api/public/datasets/{name}/runs` in pages of 100: the dataset's runs (the previous one is
   the newest `triage check` made, by its metadata's `created_by`).
@@ -70,6 +72,7 @@ from triage.domain.worklist import DatasetItem, DatasetWriteOutcome
 from triage.errors import ConfigError, LangfuseError
 from triage.retry import Budget, Clock, RetryPolicy
 from triage.sources.langfuse.annotations import LangfuseAnnotations
+from triage.sources.langfuse.experiments import ExperimentRuns
 from triage.sources.langfuse.http import (
     LANGFUSE_RETRY,
     LINKS_RETRY,
@@ -449,6 +452,14 @@ class LangfuseBackend:
         self._datasets = DatasetWrites(self._http)
         self._releases = LangfuseReleases(self._http)
         self._runs = DatasetRunWrites(self._http, self._scores, self._writes)
+        self._experiments = ExperimentRuns(
+            self._http,
+            self._scores,
+            self._writes,
+            project_id=lambda: self._links.project_id,
+            dataset_items=self._datasets.dataset_items,
+            score_of=check_score,
+        )
         self._links_retry = LINKS_RETRY.with_(clock=clock, budget=budget)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -546,11 +557,15 @@ class LangfuseBackend:
 
     # -- DatasetRuns (`triage check`) -------------------------------------------------------------
 
+    def _check_runs(self) -> DatasetRunWrites | ExperimentRuns:
+        """Experiments on a Langfuse v4 server; the dataset-run endpoints on a v3 one only (asked once)."""
+        return self._experiments if self._experiments.generation() == "v4" else self._runs
+
     def dataset_runs(self, dataset: str) -> list[CheckRun]:
-        return self._runs.dataset_runs(dataset)
+        return self._check_runs().dataset_runs(dataset)
 
     def dataset_run_results(self, run: CheckRun) -> dict[str, RunItemResult]:
-        return self._runs.dataset_run_results(run)
+        return self._check_runs().dataset_run_results(run)
 
     def write_dataset_run(self, run: CheckRun, results: Sequence[RunItemResult]) -> DatasetWriteOutcome:
-        return self._runs.write_dataset_run(run, results)
+        return self._check_runs().write_dataset_run(run, results)

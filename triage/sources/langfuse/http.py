@@ -227,13 +227,22 @@ class LangfuseHttp:
             return
         raise LangfuseError(f"{what}: {type(ex).__name__}: {ex} (gave up)") from ex
 
-    def raw(self, method: str, path: str, *, params: Any = None, json_body: Any = None) -> Any:
+    def raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Any = None,
+        json_body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
         """One plain request through the shared client; the decoded JSON of a 2xx answer."""
         response = self._http.request(
             method,
             f"{self.base_url}/{path}",
             params=params,
             json=json_body,
+            headers=headers,
             auth=self._auth,
             timeout=self.timeout,
         )
