@@ -36,9 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import signal
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -69,7 +67,7 @@ from triage.domain.worklist import DatasetItem
 from triage.errors import InputError, JudgeError, TriageError
 from triage.reading.trace import read_trace
 from triage.redact import Redactor, masked_data
-from triage.retry import Budget, current_clock
+from triage.retry import Budget, current_clock, stop_on_sigterm
 
 log = logging.getLogger("triage")
 
@@ -300,30 +298,6 @@ def masked(result: CaseResult, redactor: Redactor) -> CaseResult:
     return result.model_copy(update={"run": run, "checks": checks, "judge": redactor(result.judge)})
 
 
-@contextmanager
-def stop_on_sigterm(stop: asyncio.Event, budget: Budget | None = None) -> Iterator[None]:
-    """As the nightly job does (`triage.engine.run.stop_on_sigterm`; `check` may not import the
-    engine): SIGTERM sets `stop`, so no new case is asked, the cases in flight finish and every
-    finished one is written; `budget` is cancelled, so no outside call waits out a back-off."""
-    loop = asyncio.get_running_loop()
-    try:
-        loop.add_signal_handler(signal.SIGTERM, _on_sigterm, stop, budget)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-        yield
-        return
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-
-
-def _on_sigterm(stop: asyncio.Event, budget: Budget | None) -> None:
-    log.warning("SIGTERM: finishing the cases in flight, writing every finished one", extra={"event": "sigterm"})
-    stop.set()
-    if budget is not None:
-        budget.cancel()
-
-
 class ResultWriter:
     """Writes the results to the run as the cases finish: every `every` results, or once the oldest
     unwritten one is `seconds` old (checked as each case finishes, and by a timer of the event loop
@@ -394,7 +368,7 @@ async def run_check(
     """Check every case of `items` (the dataset's) on `agent`, judged by `judge`, written to `runs`.
     SIGTERM (or `stop`, set) stops new work: see the module docstring."""
     stop = stop or asyncio.Event()
-    with stop_on_sigterm(stop, budget):
+    with stop_on_sigterm(stop, budget, doing="finishing the cases in flight, writing every finished one"):
         return await _run_check(items, agent, judge, runs, options, tools, traces, stop)
 
 

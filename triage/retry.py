@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import math
 import random
+import signal
 import threading
 import time
 from collections import deque
@@ -34,6 +36,8 @@ from tenacity import (
     stop_never,
 )
 from tenacity.stop import stop_base
+
+log = logging.getLogger("triage")
 
 
 class Clock(Protocol):
@@ -165,6 +169,30 @@ class Budget:
         end = clock.monotonic() + seconds
         while not self.cancelled and (left := end - clock.monotonic()) > 0:
             await clock.async_sleep(min(left, self.SLICE))  # the signal handler runs on this loop
+
+
+@contextmanager
+def stop_on_sigterm(stop: asyncio.Event, budget: Budget | None = None, *, doing: str) -> Iterator[None]:
+    """Kubernetes sends SIGTERM before it kills a Pod: set `stop`, so the run finishes what is in
+    flight, writes it and reports; cancel `budget`, so no outside call waits out a back-off. `doing`
+    says in the log what the run does now ("finishing the traces in flight, listing the rest")."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGTERM, _on_sigterm, stop, budget, doing)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _on_sigterm(stop: asyncio.Event, budget: Budget | None, doing: str) -> None:
+    log.warning("SIGTERM: %s", doing, extra={"event": "sigterm"})
+    stop.set()
+    if budget is not None:
+        budget.cancel()
 
 
 class _BudgetStop(stop_base):

@@ -29,11 +29,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import chain, groupby
@@ -75,7 +74,7 @@ from triage.domain.worklist import NIGHTS, Member, Night, Signature, Worklist, a
 from triage.engine.stream import Flight, Ledger, OutageWait, RunOptions, Stream, VerdictMaker, window
 from triage.errors import ExitCode, SearchError, SourceError, UsageError
 from triage.judges.heuristic import HeuristicJudge
-from triage.retry import Budget
+from triage.retry import Budget, stop_on_sigterm
 from triage.search.local import Researcher
 from triage.sinks.exports import open_facts_file
 
@@ -103,29 +102,6 @@ async def open_searcher(
         yield entered, None
     finally:
         await searcher.__aexit__(None, None, None)
-
-
-@contextmanager
-def stop_on_sigterm(stop: asyncio.Event, budget: Budget | None = None) -> Iterator[None]:
-    """Kubernetes sends SIGTERM before it kills a Pod: set `stop`, so the run finishes what is in
-    flight, writes it and reports; cancel `budget`, so no outside call waits out a back-off."""
-    loop = asyncio.get_running_loop()
-    try:
-        loop.add_signal_handler(signal.SIGTERM, _on_sigterm, stop, budget)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-        yield
-        return
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-
-
-def _on_sigterm(stop: asyncio.Event, budget: Budget | None) -> None:
-    log.warning("SIGTERM: finishing the traces in flight, listing the rest", extra={"event": "sigterm"})
-    stop.set()
-    if budget is not None:
-        budget.cancel()
 
 
 def votes_by_trace(traces: TraceSource, votes: list[Vote], ledger: Ledger) -> dict[str, list[Vote]]:
@@ -397,7 +373,7 @@ async def run_feedback(
     call waits out a back-off while the Pod's grace period runs. `flight` (batch mode) is told when
     each trace starts and ends."""
     stop = asyncio.Event()  # set on SIGTERM
-    with stop_on_sigterm(stop, budget):
+    with stop_on_sigterm(stop, budget, doing="finishing the traces in flight, listing the rest"):
         return await _run(sources, judge, config, options, searcher, stop, flight)
 
 
