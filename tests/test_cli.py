@@ -139,7 +139,10 @@ def test_search_server_down_degrades_the_run_exit_4(tmp_path: Path, virtual_time
     code, out, err = invoke("feedback", "--report", env={"TRIAGE_MCP_URL": dead})
     assert code == 4
     assert "search unavailable" in err
-    assert virtual_time.sleeps == [1.0, 2.0]  # three connection attempts before giving up
+    # three connection attempts, then the run's one wait for the search ([search]
+    # outage_wait_seconds, 600): a new client every 15 s, each with its three attempts, then listed
+    assert virtual_time.sleeps[:3] == [1.0, 2.0, 15.0]
+    assert 600.0 <= sum(virtual_time.sleeps) < 640.0
     assert "### agent_skipped_retrieval (1)" in out
     assert "## Not triaged (1)" in out and "`needs`" in out
 

@@ -403,3 +403,58 @@ def test_sigterm_ends_the_wait_for_the_search_at_once() -> None:
 
     first, after_sigterm, waited = asyncio.run(scenario())
     assert first and not after_sigterm and waited == 15.0
+
+
+def test_a_search_down_when_the_night_starts_is_waited_for_with_a_new_searcher_each_turn() -> None:
+    """A search outage that began before 03:00 was not waited for (a searcher is entered once): the
+    night listed every trace that needs it and the Job's retries, 30 s apart, met the same outage.
+    Now the run opens a new searcher every turn of the run's one wait."""
+    n = 200
+    rows = _night_rows(n)
+    calm = ResearchJudge()
+    undisturbed = _layers(_run(FakeSource.from_rows(rows), calm, Synthetic(), concurrency=8))
+    clock = VirtualClock(start=NOW)
+    opened: list[float] = []
+
+    def reopen() -> Any:
+        opened.append(clock.elapsed)
+        return DownFromStart() if clock.elapsed < 120.0 else Synthetic()  # back after two minutes
+
+    judge = ResearchJudge()
+    with use_clock(clock):
+        result = asyncio.run(
+            run_feedback(
+                sources=Sources.of(FakeSource.from_rows(rows)),
+                judge=judge,
+                config=load_config(),
+                options=RunOptions(now=NOW, write=True, concurrency=8, progress_seconds=3600.0),
+                searcher=DownFromStart(),
+                reopen=reopen,
+            )
+        )
+    assert result.exit_code == ExitCode.OK, result.skipped[:3]
+    assert _layers(result) == undisturbed
+    assert 120.0 <= clock.elapsed < 200.0 and len(opened) >= 8  # a try every 15 s, then up
+    assert max(judge.sent.values()) == 1 and sum(judge.sent.values()) == sum(calm.sent.values())
+
+
+def test_a_search_down_at_the_start_for_longer_than_the_wait_is_listed_once_the_wait_is_spent() -> None:
+    rows = _night_rows(20)
+    clock = VirtualClock(start=NOW)
+    config = load_config()
+    config = config.model_copy(update={"search": config.search.model_copy(update={"outage_wait_seconds": 60.0})})
+    judge = ResearchJudge()
+    with use_clock(clock):
+        result = asyncio.run(
+            run_feedback(
+                sources=Sources.of(FakeSource.from_rows(rows)),
+                judge=judge,
+                config=config,
+                options=RunOptions(now=NOW, write=True, concurrency=4, progress_seconds=3600.0),
+                searcher=DownFromStart(),
+                reopen=DownFromStart,
+            )
+        )
+    assert result.exit_code == ExitCode.DEGRADED
+    assert 60.0 <= clock.elapsed < 80.0  # the run's one wait, not one per trace
+    assert sum(judge.sent.values()) == 0  # nothing judged without its re-search

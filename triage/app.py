@@ -131,6 +131,8 @@ class Triage:
                         searcher=searcher,
                         budget=budget,
                         flight=collector,
+                        # a search down at the start is waited for too: each try a new searcher
+                        reopen=lambda: make_searcher(settings, config, budget),
                     )
                 finally:
                     await chosen.aclose()

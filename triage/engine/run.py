@@ -81,23 +81,36 @@ from triage.sinks.exports import open_facts_file
 log = logging.getLogger("triage")
 
 
+#: a new searcher, for a run whose first contact failed (a searcher is entered once)
+SearcherFactory = Callable[[], AbstractAsyncContextManager[Searcher]]
+
+
 @asynccontextmanager
 async def open_searcher(
     searcher: AbstractAsyncContextManager[Searcher] | None,
+    *,
+    reopen: SearcherFactory | None = None,
+    outage: OutageWait | None = None,
 ) -> AsyncIterator[tuple[Searcher | None, str | None]]:
     """Enter the searcher: (searcher, None), or (None, why) when there is none or it cannot be
-    reached; then the run goes on without re-search (degraded). What the first contact finds wrong
-    with the configuration (a refused token, nothing at the MCP path, a tool the server lacks) is a
-    `ConfigError`: it ends the run (exit 3) before any trace is judged."""
+    reached; then the run goes on without re-search (degraded). A search down at the start is
+    waited for as one down mid-run is, within the same wait (`outage`: the run's, once), a new
+    searcher from `reopen` each turn. What the first contact finds wrong with the configuration (a
+    refused token, nothing at the MCP path, a tool the server lacks) is a `ConfigError`: it ends the
+    run (exit 3) before any trace is judged."""
     if searcher is None:
         yield None, "no search configured"
         return
-    try:
-        entered = await searcher.__aenter__()
-    except SearchError as ex:  # a ConfigError is not: it ends the run
-        log.warning("search unavailable: %s", ex, extra={"event": "search_unavailable"})
-        yield None, str(ex)
-        return
+    while True:
+        try:
+            entered = await searcher.__aenter__()
+            break
+        except SearchError as ex:  # a ConfigError is not: it ends the run
+            if reopen is None or outage is None or not await outage.again(str(ex)):
+                log.warning("search unavailable: %s", ex, extra={"event": "search_unavailable"})
+                yield None, str(ex)
+                return
+            searcher = reopen()
     try:
         yield entered, None
     finally:
@@ -365,6 +378,7 @@ async def run_feedback(
     searcher: AbstractAsyncContextManager[Searcher] | None = None,
     budget: Budget | None = None,
     flight: Flight | None = None,
+    reopen: SearcherFactory | None = None,
 ) -> RunResult:
     """Triage every thumbs-down in the window. The one core function behind `triage feedback`.
 
@@ -374,7 +388,7 @@ async def run_feedback(
     each trace starts and ends."""
     stop = asyncio.Event()  # set on SIGTERM
     with stop_on_sigterm(stop, budget, doing="finishing the traces in flight, listing the rest"):
-        return await _run(sources, judge, config, options, searcher, stop, flight)
+        return await _run(sources, judge, config, options, searcher, stop, flight, reopen)
 
 
 async def _run(
@@ -385,6 +399,7 @@ async def _run(
     searcher: AbstractAsyncContextManager[Searcher] | None,
     stop: asyncio.Event,
     flight: Flight | None = None,
+    reopen: SearcherFactory | None = None,
 ) -> RunResult:
     started = time.monotonic()
     start, end = window(options, config)
@@ -420,7 +435,10 @@ async def _run(
     for bad in unreadable:
         ledger.unreadable(bad)
     with open_facts_file(options.facts_file) as facts_out:
-        async with open_searcher(searcher if judge.needs_research else None) as (live, down_reason):
+        # one wait for the search, at the start and mid-run alike: cronjob.yaml's deadline counts one
+        outage = OutageWait(seconds=config.search.outage_wait_seconds, stop=stop)
+        opened = open_searcher(searcher if judge.needs_research else None, reopen=reopen, outage=outage)
+        async with opened as (live, down_reason):
             researcher = Researcher.configured(live, config) if live is not None else None
             verdicts = VerdictMaker(
                 judge=judge,
@@ -433,7 +451,7 @@ async def _run(
                 facts_out=facts_out,
                 concurrency=options.concurrency,
                 flight=flight,
-                outage=OutageWait(seconds=config.search.outage_wait_seconds, stop=stop),
+                outage=outage,
             )
             by_trace = await asyncio.to_thread(votes_by_trace, sources.traces, down, ledger)
             # from here each trace's votes travel with it and are dropped once it is done, so memory
