@@ -351,6 +351,49 @@ def test_a_row_the_ledger_cannot_hold_fails_its_own_request_only_on_both_ledgers
 # --------------------------------------------------------------------------- PostgreSQL: replicas
 
 
+def test_a_group_commit_costs_the_same_few_statements_however_many_keys_it_locks(
+    database: str, standin: LangfuseStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement costs the server and psycopg a round of work (the p99 on a busy machine, #37
+    item 6): a batch's locks are one statement whatever its number of keys (was one a key), and a
+    vote is five (the pool's check of its connection, locks, its rows read, its rows written, its
+    outbox: was six)."""
+    import psycopg
+
+    sent: list[int] = []  # statements sent by the group commit's writer thread
+    execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+
+    def counted_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("relay-ledger"):
+            sent.append(1)
+        return execute(self, *args, **kwargs)
+
+    def counted_executemany(self: Any, query: Any, params_seq: Any, **kwargs: Any) -> Any:
+        params_seq = list(params_seq)
+        if threading.current_thread().name.startswith("relay-ledger"):
+            sent.append(len(params_seq))
+        return executemany(self, query, params_seq, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
+    monkeypatch.setattr(psycopg.Cursor, "executemany", counted_executemany)
+    ledger = GroupCommit(database, now=time.time)
+    try:
+
+        async def batch() -> None:  # queued before the batch starts: one group commit
+            keys = [(f"trace:t-{n}", "user:bob") for n in range(20)]
+            await asyncio.gather(*(ledger.run(lambda tx: None, [k]) for k in keys))
+
+        asyncio.run(batch())
+        assert sum(sent) == 3, sent  # the connection's check, the 20 locks, the read of their rows
+    finally:
+        ledger.close()
+    sent.clear()
+    with replica(database, sink_for(standin), start_worker=False) as (client, _):
+        sent.clear()
+        assert client.post("/api/feedback", json={"traceId": "t-1", "userId": "bob", "value": "up"}).status_code == 202
+    assert sum(sent) == 5, sent
+
+
 def test_two_replicas_race_to_create_one_key_and_exactly_one_wins(database: str, standin: LangfuseStandIn) -> None:
     """Create-only (409), replace (404) and delete hold across replicas: the (answer, author) pairs
     of a batch are locked in the database before their rows are read."""

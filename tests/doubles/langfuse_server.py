@@ -477,19 +477,13 @@ class LangfuseStandIn:
         if not due:
             return
         self._pending = [(at, event) for at, event in self._pending if at > now]
+        index = {(r["id"], r["timestamp"], r["name"]): r for r in self._score_rows}
         for event in due:
             if event["id"] in self.drop_score_ids:
                 continue  # worker-side validation drops silently
-            match = next(
-                (
-                    r
-                    for r in self._score_rows
-                    if r["id"] == event["id"]
-                    and r["timestamp"] == event["timestamp"]
-                    and r["name"] == event["name"]
-                ),
-                None,
-            )
+            match = index.get((event["id"], event["timestamp"], event["name"]))
+            if match is None:
+                index[(event["id"], event["timestamp"], event["name"])] = event
             if match is not None:
                 # a true overwrite; id, timestamp, trace, environment and createdAt are frozen
                 for key in ("value", "stringValue", "comment", "dataType", "source", "configId", "queueId"):

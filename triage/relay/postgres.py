@@ -240,10 +240,10 @@ class PostgresStorage:
         self._conn = self.pool.getconn(timeout=POOL_WAIT)
         locks = sorted({lock_key(k) for k in keys})
         if locks:
-            # one statement per lock, in this order, pipelined (one round trip): every writer takes
-            # them ascending, so two batches that share keys wait in turn and never deadlock
-            with self._conn.cursor() as cur:
-                cur.executemany("SELECT pg_advisory_xact_lock(%s)", [(k,) for k in locks])
+            # every writer takes them ascending, so two batches that share keys wait in turn and
+            # never deadlock; one statement for all (a function scan of the array yields its
+            # elements in order), where one a lock cost the server and psycopg a statement each
+            self._conn.execute("SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS l(k)", (locks,))
         return self._conn
 
     def prefetch(self, keys: set[Key]) -> dict[Key, dict[str, Row]]:
@@ -283,17 +283,16 @@ class PostgresStorage:
         db = self._db()
         newest = {op.score_id: op for op in ops}
         reasons = {id(ops[i]): why for i, why in (dead or {}).items()}
-        db.execute(
-            "DELETE FROM relay_outbox WHERE seq IN (SELECT seq FROM relay_outbox WHERE score_id = ANY(%s) "
-            "AND NOT dead FOR UPDATE SKIP LOCKED)",
-            (list(newest),),
-        )
         fresh = list(newest.values())
+        # one statement: the DELETE (a CTE) sees the snapshot before the INSERT, as when it ran first
         rows = db.execute(
+            "WITH gone AS (DELETE FROM relay_outbox WHERE seq IN (SELECT seq FROM relay_outbox WHERE "
+            "score_id = ANY(%s) AND NOT dead FOR UPDATE SKIP LOCKED)) "
             "INSERT INTO relay_outbox (score_id, op, body, enqueued, next_at, dead, error) SELECT * FROM "
             "unnest(%s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[], %s::bool[], %s::text[]) "
             "RETURNING seq, score_id",
             (
+                list(newest),
                 [op.score_id for op in fresh],
                 [op.op for op in fresh],
                 [storage.encoded(op) for op in fresh],
