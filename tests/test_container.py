@@ -271,6 +271,10 @@ def test_search_unavailable_is_degraded_exit_4_and_retried(tmp_path: Path, store
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    # the run waits for the search ([search] outage_wait_seconds, 600 in cronjob.yaml): a short wait
+    # here, in real time, then the traces that need it are listed
+    config = tmp_path / "triage.toml"
+    config.write_text("[search]\noutage_wait_seconds = 5\n", encoding="utf-8")
     run = run_container(
         tmp_path,
         {
@@ -278,11 +282,13 @@ def test_search_unavailable_is_degraded_exit_4_and_retried(tmp_path: Path, store
             "TRIAGE_LOG_FORMAT": "json",
             "TRIAGE_MCP_URL": f"http://127.0.0.1:{port}/mcp",
             "TRIAGE_MCP_TOKEN": MCP_TOKEN,
+            "TRIAGE_CONFIG": str(config),
         },
     )
     assert run.code == 4, run
     events = run.events()
     assert "search_unavailable" in events and "undecided" in events
+    assert "search_waiting" in events  # waited before listing them
     assert run.stdout.startswith("# Triage")  # the rest is still triaged and reported
     assert pod_action(4) == "Count" and pod_action(4, INDEXED) == "Count"
     _no_secrets(run, MCP_TOKEN)
