@@ -21,7 +21,7 @@ import json
 import re
 import secrets
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -151,17 +151,21 @@ def _clean_all(text: str) -> str:
 _cleaned = TextMemo(lambda text: _clean_all(_visible(text)), size=4096)
 
 
-def clean_value(value: Any, limit: int, nonce: str | None = None) -> Any:
-    """`clean` applied to every string inside a JSON-like value (tool arguments)."""
+def clean_value(
+    value: Any, limit: int, nonce: str | None = None, cleaner: Callable[[str, int, str | None], str] | None = None
+) -> Any:
+    """`cleaner` (`clean` unless given: the check judge's is `check_clean`) applied to every string
+    inside a JSON-like value (tool arguments)."""
+    each = cleaner or clean
     if isinstance(value, str):
-        return clean(value, limit, nonce)
+        return each(value, limit, nonce)
     if isinstance(value, Mapping):
-        return {clean(str(k), 100, nonce): clean_value(v, limit, nonce) for k, v in value.items()}
+        return {each(str(k), 100, nonce): clean_value(v, limit, nonce, each) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [clean_value(v, limit, nonce) for v in value]
+        return [clean_value(v, limit, nonce, each) for v in value]
     if value is None or isinstance(value, bool | int | float):
         return value
-    return clean(str(value), limit, nonce)
+    return each(str(value), limit, nonce)
 
 
 def encode(value: Any) -> str:
@@ -458,15 +462,7 @@ def check_clean(text: str, limit: int, nonce: str | None = None) -> str:
 
 def check_clean_value(value: Any, limit: int, nonce: str | None = None) -> Any:
     """`check_clean` applied to every string inside a JSON-like value (tool arguments)."""
-    if isinstance(value, str):
-        return check_clean(value, limit, nonce)
-    if isinstance(value, Mapping):
-        return {check_clean(str(k), 100, nonce): check_clean_value(v, limit, nonce) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [check_clean_value(v, limit, nonce) for v in value]
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    return check_clean(str(value), limit, nonce)
+    return clean_value(value, limit, nonce, check_clean)
 
 
 def _check_scan(text: str) -> tuple[str, ...]:

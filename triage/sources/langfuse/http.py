@@ -171,11 +171,6 @@ class LangfuseHttp:
                 raise LangfuseError(f"{where}: {ex} ([langfuse] in the configuration)") from None
         self.stats.count_request()
 
-    def plan(self, requests: int, group: ApiGroup = "general") -> float | None:
-        """Seconds `requests` requests of `group` take at the budget; None when it sets none."""
-        pacer = self.pacers.get(group)
-        return pacer.seconds_for(requests) if pacer is not None else None
-
     def call(self, what: str, fn: Callable[[], T], *, retry: RetryPolicy | None = None) -> T:
         """Run one request with retries; classify what finally fails."""
 
