@@ -14,10 +14,10 @@ from typing import Any
 
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Passage, Trace
-from triage.judges import prompts
 from triage.judges.cascade import CascadeJudge
 from triage.judges.heuristic import HeuristicJudge
-from triage.judges.llm_replies import passage_set
+from triage.judges.model import prompts
+from triage.judges.model.replies import passage_set
 from triage.reading.trace import read_trace
 from triage.search.index import Index
 from triage.search.local import LocalSearcher, Researcher

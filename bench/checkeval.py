@@ -1,4 +1,4 @@
-"""The check judges (`triage.judges.expectations`) against the labelled check set (evals/check).
+"""The check judges (`triage.judges.CHECK_JUDGES`) against the labelled check set (evals/check).
 
     python bench/checkeval.py                                # offline and llm-perfect, dev and test
     python bench/checkeval.py --split dev --judge offline    # one judge, one split
@@ -267,7 +267,8 @@ def _tools() -> dict[str, str]:
 
 async def run_judge(name: str, pairs: Sequence[Pair], split: str) -> JudgeRun:
     """One judge over `pairs` (`offline`, `llm-perfect` or `llm`)."""
-    from triage.judges.expectations import LLMCheckJudge, OfflineCheckJudge
+    from triage.judges.check_llm import LLMCheckJudge
+    from triage.judges.check_offline import OfflineCheckJudge
 
     if name == "offline":
         return await judge_pairs(OfflineCheckJudge(tools=_tools()), pairs, name, split)

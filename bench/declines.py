@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from triage.judges.offline_text import decline_phrases  # noqa: E402
+from triage.judges.offline.declines import decline_phrases  # noqa: E402
 
 PROBES = ROOT / "evals" / "declines"
 

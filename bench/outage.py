@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _traces import TraceFactory, corpus_missing, folders  # noqa: E402
 
+from triage.app import run_setup  # noqa: E402
 from triage.domain.outcome import RunResult  # noqa: E402
 from triage.domain.ports import JudgeRequest  # noqa: E402
 from triage.domain.records import Facts, Passage  # noqa: E402
@@ -92,6 +93,7 @@ def _run(store: Store, judge: HeuristicJudge, searcher: Any) -> RunResult:
     options = RunOptions(now=datetime.now(UTC), write=True, concurrency=8, progress_seconds=30.0)
     return asyncio.run(
         run_feedback(sources=Sources.of(store), judge=judge, config=load_config(None), options=options,
+        setup=run_setup(options, load_config(None)),
                      searcher=searcher)
     )  # fmt: skip
 

@@ -82,7 +82,7 @@ async def _accuracy(
     from triage.domain.rule import Undetermined, decide
     from triage.engine.stream import empty_answer_facts
     from triage.judges import heuristic
-    from triage.judges import heuristic as cont
+    from triage.judges.offline import containment as cont
 
     judge = heuristic.HeuristicJudge()
     right: dict[str, list[int]] = {}
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=10)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from triage.judges import heuristic as cont
+    from triage.judges.offline import containment as cont
 
     labels, traces, research, issues = asyncio.run(_load(args.set))
     shipped = {name: getattr(cont, name) for name in GRID}

@@ -19,7 +19,6 @@ from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi`
 from triage.calibration.calibrate import (
     agreement,
     calibrate,
-    cohen_kappa,
     decisions_from_facts_file,
     decisions_from_scores,
     labels_from_file,
@@ -30,6 +29,7 @@ from triage.domain.config import CalibrationConfig
 from triage.domain.records import Facts, Layer, StoredScore
 from triage.domain.review import Decision, Label
 from triage.domain.scores import score_id
+from triage.domain.stats import cohen_kappa
 from triage.errors import ExitCode
 from triage.sinks.report import render_calibration
 

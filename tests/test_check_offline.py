@@ -11,8 +11,10 @@ import pytest
 
 from triage.domain.checks import AgentRun, CheckCase, ExpectationCheck, Expected, ToolUse
 from triage.domain.records import Passage
-from triage.judges.check_evidence import decline_cues, is_pointer, other_language_declines
-from triage.judges.check_offline import OfflineCheckJudge, claim_anchors, correction_values, span_parts
+from triage.judges.check_offline import OfflineCheckJudge
+from triage.judges.offline.check_evidence import is_pointer
+from triage.judges.offline.claims import claim_anchors, correction_values, span_parts
+from triage.judges.offline.declines import decline_cues, other_language_declines
 
 TOOLS = {"search_kubeflow_docs": "docs", "search_github_issues": "issues", "search_kubeflow_code": "code"}
 SEARCH = ToolUse(name="search_kubeflow_docs", collection="docs", args={"query": "katib"})

@@ -45,7 +45,7 @@ def test_the_benchmark_reports_every_probe_and_split() -> None:
 def test_the_probes_stay_read_right() -> None:
     # a regression floor, not the figure: the probes were read while the patterns were written
     # (evals/declines/README.md), so only a drop means something
-    from triage.judges.offline_text import declines
+    from triage.judges.offline.declines import declines
 
     rows = [json.loads(line) for p in PROBES for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
     right = sum(declines(r["answer"]) == r["declined"] for r in rows)

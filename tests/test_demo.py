@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from tests.test_docs import DOCS, README, fence_blocks, parse
-from triage.app import DEMO_DIR
+from triage.app import DEMO_DIR, run_setup
 from triage.app import run_demo as demo
 from triage.cli import cli
 from triage.domain.records import Layer
@@ -86,7 +86,7 @@ def test_recorded_facts_replay_to_the_same_layers_without_search_or_model(tmp_pa
                 sources=Sources.of(store),
                 judge=judge,
                 config=load_config(),
-                options=RunOptions(now=now),
+                options=RunOptions(now=now), setup=run_setup(RunOptions(now=now), load_config()),
                 searcher=NoSearch(),
             )  # type: ignore[arg-type]
         )

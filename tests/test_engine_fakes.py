@@ -16,6 +16,7 @@ import pytest
 
 from tests.doubles.fakes import FakeJudge, FakeSearcher, FakeSource, passage
 from tests.factories import NOW, session_vote, trace_line
+from triage.app import run_setup
 from triage.domain.outcome import RunResult
 from triage.domain.records import Facts
 from triage.domain.scores import ScoreBody
@@ -59,7 +60,7 @@ def run(
             sources=Sources.of(source),
             judge=judge,
             config=load_config(),
-            options=RunOptions(now=NOW, **settings),
+            options=RunOptions(now=NOW, **settings), setup=run_setup(RunOptions(now=NOW, **settings), load_config()),
             searcher=searcher if searcher is not None else FakeSearcher(answers={}),
         )
     )

@@ -1,4 +1,4 @@
-"""The check judges (`triage.judges.expectations`): each expectation offline, the LLM judge through the
+"""The check judges (`triage.judges.CHECK_JUDGES`): each expectation offline, the LLM judge through the
 real `openai` client against a local stand-in over HTTP, and the evaluation on the check set's dev split."""
 
 from __future__ import annotations
@@ -17,15 +17,10 @@ from tests.doubles.openai_server import OpenAIServer, Reply, data_blocks
 from triage.domain.checks import AgentRun, CaseResult, CheckCase, ExpectationCheck, Expected, ToolUse
 from triage.domain.records import Passage
 from triage.errors import ConfigError, JudgeError
-from triage.judges import JudgeSetup
-from triage.judges.expectations import (
-    CHECK_JUDGES,
-    LLMCheckJudge,
-    OfflineCheckJudge,
-    check_must_cite,
-    check_tool_behavior,
-    page_of,
-)
+from triage.judges import CHECK_JUDGES, JudgeSetup
+from triage.judges.check_llm import LLMCheckJudge
+from triage.judges.check_offline import OfflineCheckJudge
+from triage.judges.offline.check_evidence import check_must_cite, check_tool_behavior, page_of
 from triage.settings import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,9 +249,9 @@ async def test_a_failed_agent_leaves_every_expectation_open() -> None:
 
 def test_the_registry_builds_both_judges() -> None:
     setup = JudgeSetup(config=load_config(), model=None, base_url=None, api_key=None)
-    assert isinstance(CHECK_JUDGES["offline"](setup), OfflineCheckJudge)
+    assert isinstance(CHECK_JUDGES.build("offline", setup), OfflineCheckJudge)
     with pytest.raises(ConfigError, match="needs a model"):
-        CHECK_JUDGES["llm"](setup)
+        CHECK_JUDGES.build("llm", setup)
 
 
 # -- the LLM judge over HTTP --------------------------------------------------------------------------

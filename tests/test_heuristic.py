@@ -10,30 +10,30 @@ import pytest
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Passage, ToolCall, Trace
 from triage.domain.rule import decide
-from triage.judges import heuristic as cont
-from triage.judges.grounding import (
-    Grounding,
+from triage.judges.heuristic import HeuristicJudge, unsupported
+from triage.judges.offline import containment as cont
+from triage.judges.offline.contradictions import (
     affirmed_negations,
+    negation_contradictions,
+    pairs,
+    restriction_contradictions,
+    value_contradictions,
+)
+from triage.judges.offline.declines import absence_cues, declines, listed_phrases
+from triage.judges.offline.grounding import (
+    Grounding,
     answer_text,
     arithmetic,
     bound_names,
     check,
     invisible_marks,
-    negation_contradictions,
     outside_support,
-    pairs,
     quoted_spans,
-    restriction_contradictions,
     unsupported_specifics,
-    value_contradictions,
 )
-from triage.judges.heuristic import HeuristicJudge, unsupported
-from triage.judges.offline_text import (
+from triage.judges.offline.text import (
     Pool,
-    absence_cues,
-    declines,
     fenced_code,
-    listed_phrases,
     looks_english,
     specifics,
     stem,

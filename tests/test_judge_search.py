@@ -234,7 +234,7 @@ async def test_more_searches_every_collection_and_survives_a_refused_query() -> 
 
 
 def test_the_reply_schema_has_the_search_for_every_call_and_null_where_none_is_allowed() -> None:
-    from triage.judges.llm_replies import containment_schema
+    from triage.judges.model.replies import containment_schema
 
     schema = containment_schema(["katib"])
     search = schema["properties"]["search_again"]["anyOf"]

@@ -1,4 +1,4 @@
-"""Batch mode: `triage.judges.batching` through the real `openai` client against a local stand-in of
+"""Batch mode: `triage.judges.model.batch` through the real `openai` client against a local stand-in of
 the Batch API (`tests.doubles.batch_server`, 127.0.0.1), polling in virtual time; and the night in
 batch mode, `triage feedback --batch`, end to end (the last section)."""
 
@@ -27,21 +27,16 @@ from tests.doubles.clock import VirtualClock
 from tests.doubles.openai_server import Reply, keyword_responder
 from triage.app import DEMO_DIR, demo_shift
 from triage.cli import cli
+from triage.domain.records import PRICES, Cost, Price, Tokens, cost, price_of
 from triage.errors import JudgeError
-from triage.judges.batch_rounds import BatchCollector
-from triage.judges.batching import (
-    PRICES,
+from triage.judges.model.batch import (
     Answered,
     BatchOutcome,
     BatchRunError,
     BatchRunner,
     BatchUnsupported,
-    Cost,
-    Price,
-    Tokens,
-    cost,
-    price_of,
 )
+from triage.judges.model.rounds import BatchCollector
 from triage.retry import Budget, RetryPolicy, use_clock
 from triage.sources.store import Store
 

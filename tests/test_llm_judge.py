@@ -16,9 +16,10 @@ from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace
 from triage.domain.rule import decide
 from triage.errors import ConfigError, JudgeError, JudgeRejected
-from triage.judges import prompts
+from triage.judges import guard
 from triage.judges.llm import LLMJudge
-from triage.judges.llm_replies import Block, quote_found
+from triage.judges.model import prompts
+from triage.judges.model.replies import Block, quote_found
 from triage.settings import load_config
 
 COMPONENTS = load_config().components
@@ -921,7 +922,7 @@ def test_clean_strips_lookalikes_and_invisible_characters() -> None:
     ],
 )
 def test_detector_finds(text: str, label: str) -> None:
-    assert f"comment: {label}" in prompts.injection_findings([("comment", text)])
+    assert f"comment: {label}" in guard.injection_findings([("comment", text)])
 
 
 @pytest.mark.parametrize(
@@ -935,7 +936,7 @@ def test_detector_finds(text: str, label: str) -> None:
     ],
 )
 def test_detector_ignores_ordinary_text(text: str) -> None:
-    assert prompts.injection_findings([("passage R1", text)]) == []
+    assert guard.injection_findings([("passage R1", text)]) == []
 
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -946,7 +947,7 @@ def test_detector_false_positives_on_the_corpus() -> None:
         pytest.skip(f"corpus not found at {CORPUS}")
     files = [p for p in CORPUS.rglob("*") if p.suffix in {".md", ".yaml", ".yml", ".py"} and p.is_file()]
     flagged = [
-        (p, f) for p in files if (f := prompts.injection_findings([("f", p.read_text(errors="replace"))]))
+        (p, f) for p in files if (f := guard.injection_findings([("f", p.read_text(errors="replace"))]))
     ]
     # documentation files are benign: at most 2% of them may trip the detector
     assert len(flagged) <= max(1, len(files) // 50), flagged[:10]

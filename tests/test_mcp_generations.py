@@ -38,7 +38,7 @@ from tests.doubles import mcp_generations as generations
 from tests.doubles.clock import VirtualClock
 from tests.test_mcp import _free_port, _wait_for_port
 from tests.test_search_survives import _import_traces, _serving
-from triage.app import DEMO_DIR, demo_index_folders, demo_shift
+from triage.app import DEMO_DIR, demo_index_folders, demo_shift, run_setup
 from triage.cli import cli
 from triage.domain.outcome import RunResult
 from triage.domain.records import Passage
@@ -90,6 +90,7 @@ def _demo(searcher: Any, folder: Path) -> Outcome:
                 judge=HeuristicJudge(),
                 config=load_config(),
                 options=RunOptions(now=NOW, facts_file=facts_file, progress_seconds=0.0),
+                setup=run_setup(RunOptions(now=NOW, facts_file=facts_file, progress_seconds=0.0), load_config()),
                 searcher=searcher,
             )
         )

@@ -27,15 +27,16 @@ from tests.doubles.fakes import FakeJudge, FakeSearcher, FakeSource, passage
 from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.doubles.openai_server import keyword_responder
 from tests.factories import NOW, trace_line
+from triage.app import run_setup
 from triage.domain.outcome import Entry, RunResult
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Layer, Passage, ToolCall, Trace, Vote
 from triage.engine.run import Sources, run_feedback
 from triage.engine.stream import RunOptions
-from triage.judges import llm_replies as replies
-from triage.judges import offline_text as text_module
 from triage.judges.llm import LLMJudge
-from triage.judges.llm_transport import RecentUsage
+from triage.judges.model import replies
+from triage.judges.model.exchange import RecentUsage
+from triage.judges.offline import text as text_module
 from triage.search.local import Researcher
 from triage.search.mcp_client import McpSearcher
 from triage.settings import load_config
@@ -282,6 +283,10 @@ def test_signature_scores_are_written_a_batch_at_a_time() -> None:
             judge=judge,
             config=config,
             options=RunOptions(now=NOW, concurrency=2, batch_size=10, progress_seconds=0.0, write=True),
+            setup=run_setup(
+                RunOptions(now=NOW, concurrency=2, batch_size=10, progress_seconds=0.0, write=True),
+                config,
+            ),
         )
     )
     # the last batch also carries the run's marker (`engine.run.RUN_MARKER`): it costs no request

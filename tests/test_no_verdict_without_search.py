@@ -26,7 +26,7 @@ import pytest
 from tests.doubles.clock import VirtualClock
 from tests.doubles.fakes import FakeSource, passage
 from tests.factories import NOW, trace_line
-from triage.app import DEMO_DIR, demo_index_folders, demo_shift
+from triage.app import DEMO_DIR, demo_index_folders, demo_shift, run_setup
 from triage.domain.config import TriageConfig
 from triage.domain.kernel import window
 from triage.domain.outcome import RunResult
@@ -182,7 +182,7 @@ def _run(backend: Any, judge: Any, searcher: Any, config: TriageConfig | None = 
             sources=Sources.of(backend),
             judge=judge,
             config=config or load_config(),
-            options=RunOptions(**settings),
+            options=RunOptions(**settings), setup=run_setup(RunOptions(**settings), config or load_config()),
             searcher=searcher,
         )
     )
@@ -428,6 +428,10 @@ def test_a_search_down_when_the_night_starts_is_waited_for_with_a_new_searcher_e
                 judge=judge,
                 config=load_config(),
                 options=RunOptions(now=NOW, write=True, concurrency=8, progress_seconds=3600.0),
+                setup=run_setup(
+                    RunOptions(now=NOW, write=True, concurrency=8, progress_seconds=3600.0),
+                    load_config(),
+                ),
                 searcher=DownFromStart(),
                 reopen=reopen,
             )
@@ -451,6 +455,7 @@ def test_a_search_down_at_the_start_for_longer_than_the_wait_is_listed_once_the_
                 judge=judge,
                 config=config,
                 options=RunOptions(now=NOW, write=True, concurrency=4, progress_seconds=3600.0),
+                setup=run_setup(RunOptions(now=NOW, write=True, concurrency=4, progress_seconds=3600.0), config),
                 searcher=DownFromStart(),
                 reopen=DownFromStart,
             )

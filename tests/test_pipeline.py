@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import NOW, lines, session_vote, trace_line
+from triage.app import run_setup
 from triage.domain.config import IndexFolder
 from triage.domain.outcome import RunResult, Shard
 from triage.domain.ports import JudgeRequest
@@ -121,7 +122,7 @@ def run(store: Store, index: Index | None, **kwargs: object) -> RunResult:
             sources=Sources.of(store),
             judge=judge,
             config=load_config(),
-            options=options,
+            options=options, setup=run_setup(options, load_config()),
             searcher=LocalSearcher(index) if index else None,
         )
     )
@@ -236,7 +237,7 @@ def test_search_down_leaves_only_search_dependent_traces_undecided() -> None:
                 sources=Sources.of(store),
                 judge=HeuristicJudge(),
                 config=load_config(),
-                options=RunOptions(now=NOW),
+                options=RunOptions(now=NOW), setup=run_setup(RunOptions(now=NOW), load_config()),
                 searcher=DownSearcher(),
             )
         )
@@ -269,7 +270,8 @@ def run_with(store: Store, index: Index, judge: HeuristicJudge, **options: objec
             sources=Sources.of(store),
             judge=judge,
             config=load_config(),
-            options=RunOptions(now=NOW, **options),  # type: ignore[arg-type]
+            options=RunOptions(now=NOW, **options),
+            setup=run_setup(RunOptions(now=NOW, **options), load_config()),  # type: ignore[arg-type]
             searcher=LocalSearcher(index),
         )
     )

@@ -20,6 +20,7 @@ from tests.doubles.langfuse_server import LangfuseStandIn, iso
 from tests.factories import trace_line
 from tests.test_langfuse_spec import openapi, validate  # noqa: F401 - `openapi` is a fixture
 from triage.cli import cli
+from triage.domain.kernel import Window
 from triage.domain.records import Layer
 from triage.domain.scores import score_id
 from triage.domain.worklist import DatasetItem, regression_item_id
@@ -387,7 +388,7 @@ def test_hostile_text_cannot_change_the_markdown(tmp_path: Path) -> None:
         store.import_lines([json.dumps(record(hostile, "q?", "a.", triaged(hostile, "retrieval", "general")))], "t")
         result = promote_from(
             store, store, DatasetFile(tmp_path / "out.jsonl"), load_config(None),
-            PromoteOptions(traces=(hostile,), now=NOW), target="file",
+            PromoteOptions(traces=(hostile,), now=NOW), window=Window.ending(NOW, 24), target="file",
         )
     text = render_promote(result)
     rows = [line for line in text.splitlines() if line.startswith("| ")]
@@ -407,7 +408,8 @@ def test_a_triage_score_from_before_the_window_still_gives_the_layer(tmp_path: P
     with Store(path) as store:
         store.import_lines([json.dumps(old)], "t")
         result = promote_from(
-            store, store, store, load_config(None), PromoteOptions(since_hours=24 * 7, now=NOW), target="store"
+            store, store, store, load_config(None), PromoteOptions(since_hours=24 * 7, now=NOW),
+            window=Window.ending(NOW, 24 * 7), target="store",
         )
         (item,) = store.dataset_items(DATASET).values()
     assert [(c.trace_id, c.action, c.layer) for c in result.cases] == [("t-old", "created", "retrieval")]

@@ -212,7 +212,7 @@ def many_votes(path: Path, answers: int) -> Path:
 
 def peak_of_release_watch(path: Path) -> int:
     """The bytes the release watch allocated at its peak (tracemalloc), reading `path`."""
-    from triage.engine.run import gather_releases
+    from triage.engine.releases import gather_releases
     from triage.settings import load_config
 
     config = load_config()

@@ -21,16 +21,13 @@ from triage.domain.releases import (
     ReleaseCounts,
     TraceRow,
     compare,
-    fisher_greater,
     from_rows,
     gate,
-    holm,
-    min_p_value,
     rate,
     release_stats,
     watch,
-    wilson,
 )
+from triage.domain.stats import fisher_greater, holm, min_p_value, wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)

@@ -12,8 +12,8 @@ from tests.doubles.openai_server import OpenAIServer, data_blocks, keyword_respo
 from tests.test_llm_judge import base_for, make_judge
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Passage, ToolCall, Trace
-from triage.judges import prompts
-from triage.judges.llm_replies import (
+from triage.judges.model import prompts
+from triage.judges.model.replies import (
     CAP_PASSAGE,
     CAP_TOOL_OUTPUT,
     MAX_PASSAGES,

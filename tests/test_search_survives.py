@@ -45,6 +45,7 @@ from tests.doubles.clock import VirtualClock
 from tests.doubles.fakes import FakeJudge, FakeSearcher, FakeSource
 from tests.factories import NOW, trace_line
 from tests.test_mcp import TOOLS, _free_port, _serve_command, _wait_for_port, needs_corpus
+from triage.app import run_setup
 from triage.cli import cli
 from triage.domain.records import Passage
 from triage.engine.run import Sources, run_feedback
@@ -392,6 +393,7 @@ def test_a_trace_that_needs_a_suspended_collection_is_listed_with_the_reason(
                 judge=judge,
                 config=load_config(),
                 options=RunOptions(now=NOW, concurrency=1, progress_seconds=0.0),
+                setup=run_setup(RunOptions(now=NOW, concurrency=1, progress_seconds=0.0), load_config()),
                 searcher=_IssuesSuspended(answers={}),
             )
         )

@@ -15,8 +15,8 @@ import pytest
 from triage.domain.ports import JudgeRequest
 from triage.domain.records import Facts, Passage, ToolCall, Trace
 from triage.domain.rule import walk
-from triage.judges import heuristic as cont
 from triage.judges.heuristic import HeuristicJudge
+from triage.judges.offline import containment as cont
 
 QUESTION = "How do I mount a secret volume into every notebook server of a profile namespace?"
 NOISE = [

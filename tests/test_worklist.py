@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.test_evalset import ev
+from triage.app import run_setup
 from triage.domain.outcome import RunResult
 from triage.domain.worklist import (
     SIMILARITY,
@@ -106,6 +107,7 @@ def _night(
             judge=ReplayJudge(facts, collections=config.collections),
             config=config,
             options=RunOptions(now=now, write=True, progress_seconds=60.0),
+            setup=run_setup(RunOptions(now=now, write=True, progress_seconds=60.0), config),
         )
     )
 
@@ -156,6 +158,7 @@ def test_two_nights_keep_signature_ids_and_tell_new_recurring_and_resolved(tmp_p
                 judge=ReplayJudge(tmp_path / "n2.jsonl"),
                 config=load_config(),
                 options=RunOptions(now=now2, write=True, force=True, progress_seconds=60.0),
+                setup=run_setup(RunOptions(now=now2, write=True, force=True, progress_seconds=60.0), load_config()),
             )
         )
         assert {e.trace_id: e.signature for e in rerun.entries} == ids2

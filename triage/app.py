@@ -13,7 +13,7 @@ import asyncio
 import logging
 import shlex
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -25,15 +25,16 @@ from triage.calibration.queue import QueueOptions, QueueResult, VotesOptions, li
 from triage.check import CheckOptions, CheckRequest, default_run_name, run_check
 from triage.domain.checks import Agent, CheckJudge, CheckResult
 from triage.domain.config import AgentEndpointConfig, IndexFolder, LangfuseLimits, TriageConfig
-from triage.domain.kernel import window as kernel_window
+from triage.domain.kernel import Window
 from triage.domain.outcome import RunResult
 from triage.domain.ports import Backend, DatasetRuns, Judge, ReleaseSource, Searcher, TraceSource
-from triage.domain.records import Layer
+from triage.domain.records import Layer, cached_input_price
 from triage.domain.releases import ALPHA, Per, ReleaseWindow
 from triage.domain.review import CALIBRATION_DATASET, CalibrationReport, JudgeMeasure, measure_of
 from triage.domain.votes import ConversationList
 from triage.domain.worklist import DatasetItem, DatasetSink, PromoteResult
-from triage.engine.run import Sources, gather_releases, run_feedback
+from triage.engine.releases import gather_releases
+from triage.engine.run import RunSetup, Sources, run_feedback
 from triage.engine.stream import RunOptions
 from triage.errors import ConfigError, SourceError, TriageError
 from triage.judges.heuristic import HeuristicJudge
@@ -49,7 +50,7 @@ from triage.sources.store import Store
 if TYPE_CHECKING:
     from triage.calibration.evaluate import EvalJob, EvalOptions, EvalSet
     from triage.domain.review import EvalReport
-    from triage.judges.batch_rounds import BatchCollector
+    from triage.judges.model.rounds import BatchCollector
 
 log = logging.getLogger("triage")
 
@@ -77,13 +78,43 @@ def run_demo(config: TriageConfig, options: RunOptions, store_path: Path) -> Run
     with Store(store_path) as store:
         store.import_file(traces_file, shift=demo_shift(traces_file, options.now))
         searcher = LocalSearcher(Index.from_folders(demo_index_folders()))
-        result = asyncio.run(
+        judge = HeuristicJudge()
+        setup = run_setup(options, config, measure=lambda name: judge_measure_of(store, name))
+        return asyncio.run(
             run_feedback(
-                sources=Sources.of(store), judge=HeuristicJudge(), config=config, options=options, searcher=searcher
+                sources=Sources.of(store), judge=judge, config=config, options=options, setup=setup, searcher=searcher
             )
         )
-        result.judge_measure = judge_measure_of(store, result.judge)
-        return result
+
+
+def promote_window(options: PromoteOptions) -> Window:
+    """`triage promote`'s window: `--since-hours` up to now, no lag (a review is read when it is made)."""
+    return Window.ending(options.now, options.since_hours)
+
+
+def run_setup(
+    options: RunOptions,
+    config: TriageConfig,
+    *,
+    measure: Callable[[str], JudgeMeasure | None] | None = None,
+    cached_input_price: float | None = None,
+) -> RunSetup:
+    """What the nightly job's engine is handed beyond its options: the night's window, made here
+    once (`[window]`: its lag, overlap and lookback), and the registry's offline judge for the traces
+    no search can serve."""
+    from triage import judges
+
+    window = Window.ending(
+        options.now,
+        options.since_hours,
+        lag_minutes=config.window.lag_minutes,
+        overlap_minutes=config.window.overlap_minutes,
+        lookback_days=config.window.lookback_days,
+    )
+    offline = judges.JUDGES.build(judges.HEURISTIC, judges.JudgeSetup(config, None, None, None))
+    return RunSetup(
+        window=window, no_search_judge=offline, measure=measure, cached_input_price=cached_input_price
+    )
 
 
 @dataclass(frozen=True)
@@ -120,6 +151,12 @@ class Triage:
             options = replace(options, concurrency=max(options.concurrency, collector.traces_at_once))
         with open_backend(settings, budget, limits=self.limits) as backend:
             searcher = make_searcher(settings, config, budget) if chosen.needs_research else None
+            setup = run_setup(
+                options,
+                config,
+                measure=lambda name: judge_measure_of(backend, name),
+                cached_input_price=cached_input_price(settings.triage_judge_model, config.judge.input_price_per_mtok),
+            )
 
             async def run() -> RunResult:
                 try:
@@ -128,6 +165,7 @@ class Triage:
                         judge=chosen,
                         config=config,
                         options=options,
+                        setup=setup,
                         searcher=searcher,
                         budget=budget,
                         flight=collector,
@@ -137,14 +175,7 @@ class Triage:
                 finally:
                     await chosen.aclose()
 
-            result = asyncio.run(run())
-            if result.usage.calls:  # the model judge's client is loaded: its prices are at hand
-                from triage.judges.batching import cached_input_price
-
-                result.cached_input_price = cached_input_price(settings.triage_judge_model, result.input_price)
-            result.judge_measure = judge_measure_of(backend, result.judge)
-            result.requests = backend.stats.requests  # that read too
-            return result
+            return asyncio.run(run())
 
     def demo(self, options: RunOptions, store: Path | None = None) -> RunResult:
         """`triage demo`: the job on a fresh embedded store (at `store`, else a temporary file)
@@ -179,9 +210,10 @@ class Triage:
         """`triage calibrate`: the store is opened only when it is read, or written (`--write`:
         each judge's agreement recorded where the night reads it, `record_measures`)."""
         if not options.needs_store:
-            return calibrate_from(None, self.config, options)
+            return calibrate_from(None, self.config, options, window=Window.ending(options.now, options.since_hours))
         with open_backend(self.settings, self._budget(), reads_only=True, limits=self.limits) as backend:
-            report = calibrate_from(backend, self.config, options, link=backend.trace_url)
+            labels = Window.ending(options.now, options.since_hours)
+            report = calibrate_from(backend, self.config, options, window=labels, link=backend.trace_url)
             if options.write:
                 record_judge_measures(backend, judge_measures(report, options, self.config.rule_version))
             return report
@@ -229,7 +261,11 @@ class Triage:
             if not isinstance(backend, LangfuseBackend):  # cannot happen: uses_langfuse opens Langfuse
                 raise ConfigError("triage queue needs Langfuse")
             annotations = backend.annotations()
-            result = run_queue(port=annotations, scores=backend, config=self.config, options=options)
+            window = self.config.window
+            night = Window.ending(
+                options.now, options.since_hours, lag_minutes=window.lag_minutes, overlap_minutes=window.overlap_minutes
+            )  # as `triage feedback` draws it, without the reach back
+            result = run_queue(port=annotations, scores=backend, config=self.config, options=options, window=night)
             result.requests = backend.stats.requests
             return result
 
@@ -251,23 +287,26 @@ class Triage:
                 target = f"Langfuse {self.settings.langfuse_base_url}" if uses_langfuse else "the embedded store"
             else:
                 raise ConfigError("this backend cannot hold datasets: use --jsonl FILE")
-            return promote_from(backend, backend, sink, self.config, options, target=target)
+            return promote_from(
+                backend, backend, sink, self.config, options, window=promote_window(options), target=target
+            )
 
     def votes(self, options: VotesOptions) -> ConversationList:
         """`triage votes`: the window's conversations and their votes."""
         with open_backend(self.settings, self._budget(), reads_only=True, limits=self.limits) as backend:
-            return list_conversations(backend, backend, self.config.scores.vote, options)
+            return list_conversations(
+                backend, backend, self.config.scores.vote, options, Window.ending(options.now, options.since_hours)
+            )
 
     def releases(self, options: ReleasesOptions) -> ReleaseWindow:
         """`triage releases`: each release of the window against the one before it, and the gate
-        between two named ones (`engine.run.gather_releases`). With neither Langfuse keys nor an
+        between two named ones (`engine.releases.gather_releases`). With neither Langfuse keys nor an
         embedded store (TRIAGE_STORE unset, none at the default path): the bundled demo's."""
         settings = self.settings
         if not settings.uses_langfuse and settings.triage_store is None and not default_store_path().exists():
             return self.releases_demo(options)
-        start, end = kernel_window(
-            options.now, options.since_hours, lag_minutes=self.config.window.lag_minutes
-        )
+        window = Window.ending(options.now, options.since_hours, lag_minutes=self.config.window.lag_minutes)
+        start, end = window.start, window.end
         with open_backend(self.settings, self._budget(), reads_only=True, limits=self.limits) as backend:
             if not isinstance(backend, ReleaseSource):  # cannot happen: both backends are one
                 raise ConfigError("this backend cannot count answers per release")
@@ -290,7 +329,8 @@ class Triage:
         log.info("releases: no Langfuse keys and no embedded store: the bundled demo's releases",
                  extra={"event": "releases_demo"})  # fmt: skip
         config = load_config()  # the demo's data fits the built-in configuration
-        start, end = kernel_window(options.now, options.since_hours, lag_minutes=config.window.lag_minutes)
+        window = Window.ending(options.now, options.since_hours, lag_minutes=config.window.lag_minutes)
+        start, end = window.start, window.end
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "demo.sqlite"
             run_demo(config, RunOptions(since_hours=24, write=True, now=options.now), path)
@@ -364,13 +404,9 @@ class Triage:
             run_demo(config, RunOptions(since_hours=24, write=True, now=request.now), path)
             with Store(path) as store:
                 layers = tuple(layer.value for layer in Layer)
+                cases = PromoteOptions(dataset=options.dataset, layers=layers, now=request.now)
                 promote_from(
-                    store,
-                    store,
-                    store,
-                    config,
-                    PromoteOptions(dataset=options.dataset, layers=layers, now=request.now),
-                    target="the demo's embedded store",
+                    store, store, store, config, cases, window=promote_window(cases), target="the demo's embedded store"
                 )
                 agent = DemoAgent(Index.from_folders(demo_index_folders()), config.tools)
                 judge = make_check_judge(request.judge, self.settings, config, self._budget())
@@ -599,13 +635,13 @@ def make_judge(
         budget=budget,
         batch=batch,
     )
-    return judges.build(spec, setup)
+    return judges.JUDGES.build(spec, setup)
 
 
 def batch_collector(settings: Settings) -> tuple[BatchCollector, float]:
     """`--batch`: the collector of the run's model calls, its rounds polled until
     TRIAGE_BATCH_DEADLINE_SECONDS from now; and that many seconds."""
-    from triage.judges.batch_rounds import BatchCollector
+    from triage.judges.model.rounds import BatchCollector
 
     seconds = settings.triage_batch_deadline_seconds
     return BatchCollector(deadline=current_clock().now() + timedelta(seconds=seconds)), seconds
@@ -662,21 +698,16 @@ def check_options(
 def make_check_judge(
     name: str | None, settings: Settings, config: TriageConfig, budget: Budget | None = None
 ) -> CheckJudge:
-    """The check judge `name` names (`triage.judges.expectations.CHECK_JUDGES`: `offline`, `llm`); by
-    default `llm` when a model is configured, else `offline`."""
+    """The check judge `name` names (`triage.judges.CHECK_JUDGES`: `offline`, `llm`); by default
+    `llm` when a model is configured, else `offline`."""
     from triage import judges
-    from triage.judges.expectations import CHECK_JUDGES
 
-    chosen = name or ("llm" if settings.triage_judge_model else "offline")
-    factory = CHECK_JUDGES.get(chosen)
-    if factory is None:
-        raise ConfigError(f"unknown check judge {chosen!r}: use {' or '.join(CHECK_JUDGES)}")
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     setup = judges.JudgeSetup(
         config=config, model=settings.triage_judge_model, base_url=settings.openai_base_url, api_key=api_key,
         budget=budget,
     )  # fmt: skip
-    return factory(setup)
+    return judges.CHECK_JUDGES.build(name, setup)
 
 
 def _run_check(

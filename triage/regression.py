@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from triage.domain.config import ReviewNames, TriageConfig
-from triage.domain.kernel import clip, window
+from triage.domain.kernel import Window, clip
 from triage.domain.kernel import clip as cut
 from triage.domain.ports import ScoreReader, TraceSource
 from triage.domain.records import Facts, Layer, StoredScore, Trace, UnreadableTrace
@@ -232,6 +232,7 @@ def promote_from(
     config: TriageConfig,
     options: PromoteOptions,
     *,
+    window: Window,
     target: str,
     names: ReviewNames | None = None,
     link: Callable[[str], str | None] | None = None,
@@ -239,7 +240,7 @@ def promote_from(
     """Read the scores and traces, build the cases, write the new and changed ones."""
     names = names or ReviewNames.of(config.calibration)
     link = link or traces.trace_url
-    start, end = window(options.now, options.since_hours)
+    start, end = window.start, window.end
     reviewed = [names.verdict, names.correction, names.expected_tool_behavior, names.note]
     # a triage score is stamped with its trace's start, which may be well before the review
     judged_names = [config.scores.layer, config.scores.component, config.scores.signature]

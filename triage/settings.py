@@ -14,10 +14,11 @@ import tomllib
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import unquote, urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from triage.domain.config import AGENT_ENV, TriageConfig
@@ -35,15 +36,18 @@ _PRODUCTION = (
     "triage_shard_count",
 )
 
-#: the settings that hold keys and tokens: stripped of a trailing newline, checked header-safe
-_KEYS = (
-    "langfuse_secret_key",
-    "openai_api_key",
-    "triage_mcp_token",
-    "langfuse_public_key",
-    "triage_relay_token",
-    "triage_relay_signing_key",
-)
+# The secret settings are declared once: a field typed `SecretStr` (`Settings.secret_fields`). Each
+# is masked in logs (`Settings.secrets`), stripped of a trailing newline, and checked header-safe;
+# the two names below are the exceptions, each for a reason of its own.
+#: a key that is no secret (the public half of a pair), treated as a key all the same
+_PUBLIC_KEYS = ("langfuse_public_key",)
+#: a secret that never travels in an HTTP header (its own validator checks it)
+_NOT_IN_HEADERS = ("triage_relay_database_url",)
+
+
+def _is_secret(field: FieldInfo) -> bool:
+    """Whether a setting is typed `SecretStr` (or `SecretStr | None`)."""
+    return field.annotation is SecretStr or SecretStr in get_args(field.annotation)
 
 
 class Settings(BaseSettings):
@@ -122,18 +126,33 @@ class Settings(BaseSettings):
     job_completion_index: int | None = Field(default=None, ge=0)
     triage_shard_count: int | None = Field(default=None, ge=1)
 
-    @field_validator(*_KEYS, mode="before")
     @classmethod
-    def _strip(cls, value: object) -> object:
-        # `kubectl create secret --from-file` keeps the file's trailing newline: a key never has one
-        return value.strip() if isinstance(value, str) else value
+    def secret_fields(cls) -> tuple[str, ...]:
+        """The settings that hold secrets: every field typed `SecretStr`, a subclass's included."""
+        return tuple(name for name, field in cls.model_fields.items() if _is_secret(field))
 
-    @field_validator(*_KEYS)
     @classmethod
-    def _header_safe(cls, value: SecretStr | str | None) -> SecretStr | str | None:
+    def _keys(cls) -> frozenset[str]:
+        return frozenset((*cls.secret_fields(), *_PUBLIC_KEYS))
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strip(cls, value: object, info: ValidationInfo) -> object:
+        # `kubectl create secret --from-file` keeps the file's trailing newline: a key never has one
+        if isinstance(value, str) and info.field_name in cls._keys():
+            return value.strip()
+        return value
+
+    @field_validator("*")
+    @classmethod
+    def _header_safe(cls, value: object, info: ValidationInfo) -> object:
         # keys travel in HTTP headers, which carry visible ASCII only; never echo the value
+        if info.field_name in _NOT_IN_HEADERS or info.field_name not in cls._keys():
+            return value
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if text is not None and not all(33 <= ord(ch) <= 126 for ch in text):
+        if not isinstance(text, str):
+            return value
+        if not all(33 <= ord(ch) <= 126 for ch in text):
             raise ValueError("holds a character an HTTP header cannot carry (non-ASCII, a space or a control)")
         return value
 
@@ -180,21 +199,15 @@ class Settings(BaseSettings):
         return Shard(self.job_completion_index, shard_count)
 
     def secrets(self) -> list[str]:
-        """Secret values, so logging can redact them wherever they might appear."""
-        values = [
-            self.langfuse_secret_key,
-            self.openai_api_key,
-            self.triage_mcp_token,
-            self.triage_relay_token,
-            self.triage_relay_signing_key,
-        ]
-        found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        """Secret values (every `secret_fields` setting that is set, and the forms they travel in),
+        so logging can redact them wherever they might appear."""
+        values = [getattr(self, name) for name in self.secret_fields()]
+        found = [v.get_secret_value() for v in values if isinstance(v, SecretStr) and v.get_secret_value()]
         if self.langfuse_public_key and self.langfuse_secret_key:
             # the pair as HTTP Basic carries it (a proxy echoing the header shows its base64)
             found.append(f"{self.langfuse_public_key}:{self.langfuse_secret_key.get_secret_value()}")
         if self.triage_relay_database_url is not None:
             url = self.triage_relay_database_url.get_secret_value()
-            found.append(url)
             try:  # and its password alone, wherever a driver's message might quote it
                 password = urlsplit(url).password
             except ValueError:

@@ -55,7 +55,7 @@ if __package__ in (None, ""):  # run as a script: make `tests` and `triage` impo
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.doubles.openai_server import Block, OpenAIServer, Reply, asked_sets, call_kind, data_blocks
-from triage.judges.check_evidence import decline_cues
+from triage.judges.offline.declines import decline_cues
 
 INJECTION_TAGS = frozenset(
     {

@@ -1,12 +1,10 @@
 """Compare the job's decisions with people's labels: per layer, per fact, person to person, by confidence.
 
-Agreement between two raters: raw agreement, Cohen's kappa with its 95% interval, per-class scores.
+Agreement between two raters (`agreement`): raw agreement, Cohen's kappa with its 95% interval
+(`triage.domain.stats.cohen_kappa`), per-class scores.
 
 Computed here rather than with a statistics package so the job needs no numpy or scipy; the
 tests check every figure against scikit-learn and statsmodels on labelled fixtures.
-
-The interval uses kappa's asymptotic standard error in the non-null case (Fleiss, Cohen and
-Everitt 1969; the `var_kappa` of statsmodels' `cohens_kappa`), clamped to [-1, 1].
 
 The job's decisions: its `triage_layer` scores (facts in their metadata), or a run's facts file.
 
@@ -26,19 +24,17 @@ becomes a `BadLabel` with its line number; so do two labels from one reviewer fo
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 from triage import jsonl
 from triage.domain.config import CalibrationConfig, ReviewNames, TriageConfig
-from triage.domain.kernel import window
+from triage.domain.kernel import Window
 from triage.domain.ports import ScoreReader
 from triage.domain.records import Layer, StoredScore
 from triage.domain.review import (
@@ -60,10 +56,9 @@ from triage.domain.review import (
 )
 from triage.domain.rule import Undetermined, decide, verdict_confidence
 from triage.domain.scores import JobScoreNames, current_scores, facts_of, is_end_user, normalise_author
+from triage.domain.stats import cohen_kappa
 from triage.domain.worklist import DatasetSink, DatasetWriteOutcome
 from triage.errors import InputError
-
-Z_95 = NormalDist().inv_cdf(0.975)
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -111,28 +106,6 @@ def agreement(pairs: Sequence[tuple[str, str]], classes: Sequence[str] = ()) -> 
         confusion=table,
         per_class=per_class,
     )
-
-
-def cohen_kappa(table: Sequence[Sequence[int]], z: float = Z_95) -> tuple[float | None, float | None, float | None]:
-    """Kappa and its interval from a square table of counts; (None, None, None) where undefined."""
-    n = sum(sum(row) for row in table)
-    k = len(table)
-    if n == 0:
-        return None, None, None
-    p = [[table[i][j] / n for j in range(k)] for i in range(k)]
-    rows = [sum(p[i]) for i in range(k)]
-    cols = [sum(p[i][j] for i in range(k)) for j in range(k)]
-    observed = sum(p[i][i] for i in range(k))
-    expected = sum(rows[i] * cols[i] for i in range(k))
-    if math.isclose(expected, 1.0):
-        return None, None, None  # both raters used one and the same class: chance explains it all
-    kappa = (observed - expected) / (1 - expected)
-    a = sum(p[i][i] * (1 - (rows[i] + cols[i]) * (1 - kappa)) ** 2 for i in range(k))
-    b = (1 - kappa) ** 2 * sum(p[i][j] * (cols[i] + rows[j]) ** 2 for i in range(k) for j in range(k) if i != j)
-    c = (kappa - expected * (1 - kappa)) ** 2
-    variance = max((a + b - c) / ((1 - expected) ** 2 * n), 0.0)
-    half = z * math.sqrt(variance)
-    return kappa, max(-1.0, kappa - half), min(1.0, kappa + half)
 
 
 _NOT_FACTS = {"trace_id", "judge", "prompt_version"}
@@ -547,10 +520,12 @@ def calibrate_from(
     config: TriageConfig,
     options: CalibrateOptions,
     *,
+    window: Window,
     link: Callable[[str], str | None] = lambda trace_id: None,
 ) -> CalibrationReport:
-    """Read labels and decisions (files where given, else scores from `reader`) and compare them."""
-    start, end = window(options.now, options.since_hours)
+    """Read labels and decisions (files where given, else scores from `reader`) in `window` and
+    compare them."""
+    start, end = window.start, window.end
     bad: list[BadLabel] = []
     if options.labels_file is not None:
         labels, bad = labels_from_file(options.labels_file)

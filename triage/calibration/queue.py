@@ -36,8 +36,8 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from triage.calibration.calibrate import decisions_from_scores
-from triage.domain import kernel
 from triage.domain.config import CalibrationConfig, ReviewNames, TriageConfig
+from triage.domain.kernel import Window
 from triage.domain.ports import ScoreReader, TraceSource, VoteSource
 from triage.domain.records import Layer
 from triage.domain.review import (
@@ -172,13 +172,6 @@ class QueueResult:
         return out
 
 
-def window(options: QueueOptions, config: TriageConfig) -> tuple[datetime, datetime]:
-    """[start, end) as `triage feedback` draws it: `since_hours` ending `lag` before now, reaching
-    `overlap` further back."""
-    lag, overlap = config.window.lag_minutes, config.window.overlap_minutes
-    return kernel.window(options.now, options.since_hours, lag_minutes=lag, overlap_minutes=overlap)
-
-
 def score_config_specs(calibration: CalibrationConfig) -> list[ScoreConfigSpec]:
     """The configs a reviewer scores with: the layer (CATEGORICAL, the seven layers), then one
     BOOLEAN per judged fact. Raises ConfigError for a name Langfuse would refuse."""
@@ -300,6 +293,7 @@ def run_queue(
     scores: ScoreReader,
     config: TriageConfig,
     options: QueueOptions,
+    window: Window,
 ) -> QueueResult:
     """Fill the review queue from the window's verdicts. The one core call behind `triage queue`.
 
@@ -308,7 +302,7 @@ def run_queue(
     a rerun adds the rest and never repeats one."""
     calibration = config.calibration
     specs = score_config_specs(calibration)
-    start, end = window(options, config)
+    start, end = window.start, window.end
     result = QueueResult(start=start, end=end, queue_name=calibration.queue, dry_run=options.dry_run)
     config_ids, result.configs_created = reviewer_configs(port, specs, options.dry_run)
     queue, result.queue_created, result.notes = ensure_queue(
@@ -364,10 +358,11 @@ def list_conversations(
     traces: TraceSource,
     vote_score: str,
     options: VotesOptions,
+    window: Window,
 ) -> ConversationList:
     if options.filter not in FILTERS:
         raise UsageError(f"unknown filter {options.filter!r}: one of {', '.join(FILTERS)}")
-    start, end = kernel.window(options.now, options.since_hours)
+    start, end = window.start, window.end
     read = votes_source.votes(vote_score, start, end)
     votes = read.votes
     for bad in read.bad:

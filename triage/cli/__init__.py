@@ -104,7 +104,8 @@ def cli() -> None:
     redact.current_format = "text"  # until a command configures its logging
 
 
-for command in (feedback, demo, import_, index, calibrate, eval_, queue, promote, check, releases, votes, relay):
+COMMANDS = (feedback, demo, import_, index, calibrate, eval_, queue, promote, check, releases, votes, relay)
+for command in COMMANDS:
     cli.add_command(command)
 
 

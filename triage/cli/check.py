@@ -8,11 +8,10 @@ from pathlib import Path
 
 import click
 
+from triage import judges
 from triage.check import CheckRequest
 from triage.cli.options import FiniteFloatRange, app_options, concurrency_option, emit, file_option, open_app
 from triage.sinks.report import check_json, render_check
-
-CHECK_JUDGES = ("offline", "llm")
 
 
 def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -37,7 +36,7 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option(
     "--judge",
     "judge_name",
-    type=click.Choice(CHECK_JUDGES),
+    type=click.Choice(judges.CHECK_JUDGES.names()),
     help="The check judge. Default: llm when TRIAGE_JUDGE_MODEL is set, else offline (no model).",
 )
 @concurrency_option("Cases asked of the agent at once. Default: [check] concurrency (4).")

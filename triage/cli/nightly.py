@@ -41,7 +41,7 @@ REPORT_FILE_HELP = "Also write the Markdown report to this file."
 @click.option(
     "--judge",
     "judge_spec",
-    metavar=judges.metavar(),
+    metavar=judges.JUDGES.metavar(),
     help="Default: llm when TRIAGE_JUDGE_MODEL is set, else heuristic (offline, no model).",
 )
 @click.option(

@@ -19,7 +19,6 @@ from triage.cli.options import (
     window_option,
 )
 from triage.domain.releases import ALPHA, ReleaseWindow
-from triage.errors import ExitCode
 from triage.sinks.report import RELEASES_FORMATS
 
 HELP = """Each release of the agent in the window, against the one before it: answers, votes, the
@@ -91,5 +90,4 @@ def releases(
     )
     shown = app.releases(options)
     emit(render(shown), output)
-    if shown.gate is not None and shown.gate.worse:
-        sys.exit(ExitCode.REGRESSED)
+    sys.exit(shown.exit_code)

@@ -32,7 +32,6 @@ from triage.domain.records import Layer
 from triage.domain.review import CalibrationReport, EvalReport
 from triage.domain.votes import FILTERS, ConversationList
 from triage.domain.worklist import PromoteResult
-from triage.errors import ExitCode
 from triage.regression import PromoteOptions
 from triage.sinks.exports import PROMOTE_FORMATS, VOTES_FORMATS, text_lines
 from triage.sinks.report import CALIBRATION_FORMATS, EVAL_FORMATS
@@ -84,8 +83,7 @@ def calibrate(
     )
     report = app.calibrate(options)
     emit(render(report), output)
-    if report.gate_passed is False:
-        sys.exit(ExitCode.BELOW_GATE)
+    sys.exit(report.exit_code)
 
 
 @click.command(name="eval")
@@ -94,7 +92,7 @@ def calibrate(
     "--judge",
     "judges",
     multiple=True,
-    metavar="[LABEL=]" + "|".join([*judges.JUDGES, *(k.spec for k in judges.JUDGES.values() if k.argument)]),
+    metavar="[LABEL=]" + "|".join([*judges.JUDGES, *(k.spec for k in judges.JUDGES.kinds if k.argument)]),
     help="A judge to run (repeat for several), optionally named (llm-perfect=llm). Default: heuristic and replay.",
 )
 @click.option("--split", help="Only the labels of this split (for example dev or test). Default: each, and all.")
@@ -124,8 +122,7 @@ def eval_(
     options = EvalOptions(judges=judges or EvalOptions.judges, split=split, concurrency=concurrency, keep=keep)
     report = app.eval(eval_set, options)
     emit(render(report), output)
-    if any(run.error for run in report.runs):
-        sys.exit(ExitCode.ERROR)
+    sys.exit(report.exit_code)
 
 
 @click.command()

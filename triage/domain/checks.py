@@ -6,7 +6,7 @@ holds the question, its expected output what a passing answer does (`regression.
 the reviewer's corrected answer, `must_cite`, `must_not_claim`, `decline`, the tool behaviour. A
 case passes when every expectation it carries holds; an expectation the judge cannot decide makes
 the case `undecided`, never a pass. Pure records: the runner is `triage.check`, the judges
-`triage.judges.expectations`.
+`triage.judges.CHECK_JUDGES`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from triage.domain.review import VERDICTS, Category, ScoreConfigSpec, config_name_problem
 from triage.domain.scores import LANGFUSE_TEXT_MAX, DataType
@@ -33,7 +33,8 @@ from triage.errors import ConfigError
 #: the fields of a reviewer's verdict besides the verdict itself, each a score of the same name
 VerdictField = Literal["issue_category", "corrected_answer", "expected_tool_behavior", "note"]
 VERDICT_FIELDS: tuple[VerdictField, ...] = get_args(VerdictField)
-#: the end users' votes, written by the relay
+#: the default of `[scores] vote`, the end users' votes (the relay writes them, the night reads
+#: them); everything else takes the configured name (`ScoreNames.vote`, `ReviewNames.vote`)
 VOTE_SCORE = "user_feedback"
 #: the source that writes people's votes and verdicts (through /api/feedback)
 HUMAN = "human"
@@ -45,9 +46,12 @@ MAX_SCORE_NAME = 64
 class ReviewNames:
     """The names of the scores people write, one record for every reader: the relay writes the
     verdict's fields, `triage promote` reads corrections, `triage calibrate` labels, `triage queue`
-    makes the reviewers' score configs. `of` derives it from `[calibration]`, the only configuration
-    of these names there is; the verdict's other fields are named as the relay's body names them."""
+    makes the reviewers' score configs. `of` derives it from `[calibration]` and `[scores]` (the
+    vote's name, the one the night reads), the only configuration of these names there is; the
+    verdict's other fields are named as the relay's body names them."""
 
+    #: BOOLEAN: an end user's vote (`[scores] vote`)
+    vote: str
     #: CATEGORICAL (`Verdict`)
     verdict: str
     #: CATEGORICAL, the seven layers: a reviewer's layer
@@ -61,9 +65,13 @@ class ReviewNames:
     note: ClassVar[VerdictField] = "note"
 
     @classmethod
-    def of(cls, calibration: CalibrationConfig) -> ReviewNames:
+    def of(cls, calibration: CalibrationConfig, scores: ScoreNames | None = None) -> ReviewNames:
+        """`scores`: `[scores]`; left out (a reader of reviewers' labels only), its default vote."""
         return cls(
-            verdict=calibration.verdict_score, layer=calibration.layer_score, facts=dict(calibration.fact_scores)
+            vote=(scores or ScoreNames()).vote,
+            verdict=calibration.verdict_score,
+            layer=calibration.layer_score,
+            facts=dict(calibration.fact_scores),
         )
 
     def verdict_scores(self) -> dict[str, str]:
@@ -72,7 +80,7 @@ class ReviewNames:
 
     def relay_writes(self) -> list[str]:
         """The names the relay writes for people, which the `human` source must be allowed to write."""
-        return [VOTE_SCORE, *self.verdict_scores().values()]
+        return [self.vote, *self.verdict_scores().values()]
 
     def labels(self) -> list[str]:
         """Every score name a calibration label can come from."""
@@ -124,9 +132,10 @@ class ScoreSource(_Section):
     scores: list[str]
 
 
-def _default_scores() -> list[DeclaredScore]:
+def _default_scores(vote: str | None = None) -> list[DeclaredScore]:
+    """The built-in model, the vote under `vote` (`[scores] vote`; `TriageConfig` passes it)."""
     return [
-        DeclaredScore(name=VOTE_SCORE, data_type="BOOLEAN"),
+        DeclaredScore(name=vote or ScoreNames().vote, data_type="BOOLEAN"),
         DeclaredScore(name="verdict", data_type="CATEGORICAL", categories=list(VERDICTS)),
         DeclaredScore(name="issue_category", data_type="CATEGORICAL", max_length=64),
         DeclaredScore(name="corrected_answer", data_type="CORRECTION", max_length=20_000),
@@ -135,8 +144,8 @@ def _default_scores() -> list[DeclaredScore]:
     ]
 
 
-def _default_sources() -> list[ScoreSource]:
-    return [ScoreSource(name=HUMAN, scores=[s.name for s in _default_scores()])]
+def _default_sources(vote: str | None = None) -> list[ScoreSource]:
+    return [ScoreSource(name=HUMAN, scores=[s.name for s in _default_scores(vote)])]
 
 
 class RelayConfig(_Section):
@@ -234,7 +243,8 @@ class RelayConfig(_Section):
 
 
 class ScoreNames(_Section):
-    vote: str = "user_feedback"
+    #: the users' BOOLEAN thumbs score: the night reads it, the relay writes it (`ReviewNames.vote`)
+    vote: str = Field(default=VOTE_SCORE, min_length=1, max_length=MAX_SCORE_NAME)
     layer: str = "triage_layer"
     component: str = "triage_component"
     #: written by triage, CATEGORICAL: the failure signature (`triage.domain.worklist`)
@@ -468,6 +478,24 @@ class TriageConfig(_Section):
     agent_endpoint: AgentEndpointConfig | None = None
     check: CheckConfig = Field(default_factory=CheckConfig)
     langfuse: LangfuseConfig = Field(default_factory=LangfuseConfig)
+
+    @model_validator(mode="after")
+    def _vote_declared_as_configured(self) -> TriageConfig:
+        # the relay's built-in model declares the vote under the name the night reads; a model the
+        # file declares (`[[relay.scores]]`, `[[relay.sources]]`) is the file's own
+        given = self.relay.model_fields_set
+        derived: dict[str, Any] = {}
+        if "scores" not in given:
+            derived["scores"] = _default_scores(self.scores.vote)
+        if "sources" not in given:
+            derived["sources"] = _default_sources(self.scores.vote)
+        if derived:
+            self.relay = self.relay.model_copy(update=derived)
+        return self
+
+    def review_names(self) -> ReviewNames:
+        """The names of the scores people write, the vote's the one the night reads."""
+        return ReviewNames.of(self.calibration, self.scores)
 
     @property
     def collections(self) -> list[str]:

@@ -11,6 +11,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
@@ -51,6 +52,42 @@ def window(
     if since is not None and lookback_days > 0:
         start = min(start, max(since - timedelta(minutes=overlap_minutes), end - timedelta(days=lookback_days)))
     return start, end
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start, end): the span of time one command reads, made once by the application and handed
+    down (`triage.app`), so no part of the run draws its own from the clock.
+
+    `overlap` and `lookback` are kept for the nightly job's reach back (`reaching_back_to`): where
+    the last complete run's window ended, with the same overlap, at most `lookback` before the end."""
+
+    start: datetime
+    end: datetime
+    overlap: timedelta = timedelta(0)
+    lookback: timedelta = timedelta(0)
+
+    @classmethod
+    def ending(
+        cls,
+        now: datetime,
+        since_hours: float,
+        *,
+        lag_minutes: float = 0,
+        overlap_minutes: float = 0,
+        lookback_days: float = 0,
+    ) -> Window:
+        """`since_hours` ending `lag_minutes` before `now`, reaching `overlap_minutes` further back."""
+        start, end = window(now, since_hours, lag_minutes=lag_minutes, overlap_minutes=overlap_minutes)
+        return cls(start, end, timedelta(minutes=overlap_minutes), timedelta(days=max(lookback_days, 0)))
+
+    def reaching_back_to(self, since: datetime) -> Window:
+        """This window, its start reaching back to `since` (the last complete run's end) as
+        `window` reaches: never later than its own start, never more than `lookback` back."""
+        if self.lookback <= timedelta(0):
+            return self
+        start = min(self.start, max(since - self.overlap, self.end - self.lookback))
+        return Window(start, self.end, self.overlap, self.lookback)
 
 
 # -- time --------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ embedded store) or one row per answer (`TraceRow`, made counts by `from_rows`); 
 the figures `triage releases` and the report show (`watch`) and the release gate (`gate`), as
 records, never rendered.
 
-The figures, and why these:
+The figures, and why these (the statistics themselves, shared with calibration, are in
+`triage.domain.stats`):
 
 - **Rates** are per answer by default (`per="answers"`): a layer's rate is that layer's triaged
   thumbs-down over the release's answers (traces), "how often users hit this failure", and the
@@ -14,23 +15,22 @@ The figures, and why these:
   test is a true 2x2 (each answer has the failure or not). Its weakness: a release that changes how
   often users vote (a new feedback button) changes every rate; `ReleaseStats.vote_rate` shows it,
   and `per="votes"` (thumbs-down and layers over the voted answers) is there for that case.
-- **Intervals** are Wilson score 95% intervals (`wilson`): unlike the normal approximation's they
+- **Intervals** are Wilson score 95% intervals (`stats.wilson`): unlike the normal approximation's they
   stay inside [0, 1] and keep their coverage at the small counts and rates near 0 that thumbs-down
   rates are.
 - **Comparisons**: each release against the one before it (by first seen, at the resolution the
   source's times have: two releases first seen in the same hour bucket of a metrics API are a tie,
   which the version order of their names breaks, `version_key`), on the thumbs-down rate
   and on each failure layer's rate (`COMPARED_LAYERS`: every layer but `ok`), one-sided, "the
-  candidate's rate is higher". The test is Fisher's exact test on the 2x2 table (`fisher_greater`):
+  candidate's rate is higher". The test is Fisher's exact test on the 2x2 table (`stats.fisher_greater`):
   exact at any count, so a layer with 4 failures against 12 is tested as honestly as a rate over
-  thousands, and conservative (its false alarms stay at or under the level asked). Its tail is
-  summed from the hypergeometric probabilities, in logs (`math.lgamma`) for the first term and by
-  the exact ratio of neighbours for the others, so a million answers cost no more than a hundred.
+  thousands, and conservative (its false alarms stay at or under the level asked), and cheap at a
+  million answers.
 - **The family**: the tests of one release pair are corrected together with Holm's step-down
-  (`holm`): the chance that any of them flags a pair that did not get worse stays at most `alpha`,
+  (`stats.holm`): the chance that any of them flags a pair that did not get worse stays at most `alpha`,
   whatever the dependence between them (a layer's failures are thumbs-down too). Fisher's test is
   discrete: from its table's margins alone (the answers, and the failures of both releases together)
-  one knows the smallest p-value it can reach (`min_p_value`). A test that could not reach `alpha`
+  one knows the smallest p-value it can reach (`stats.min_p_value`). A test that could not reach `alpha`
   even alone can never be flagged, and counting it would only raise everyone else's bar, so it is
   left out of the family (Tarone's screen, 1990; `screen=False` keeps every test). The layers with
   no failure in either release are the obvious case; a layer with 1 failure against 0 is another.
@@ -43,7 +43,6 @@ The figures, and why these:
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,9 +62,9 @@ from pydantic import (
 )
 
 from triage.domain.records import Layer
+from triage.domain.stats import fisher_greater, holm, min_p_value, wilson
+from triage.errors import ExitCode
 
-#: the 97.5% quantile of the standard normal distribution: a two-sided 95% interval
-Z95 = 1.959963984540054
 #: the default level of the flag and the gate: the family-wise false-alarm rate per release pair
 ALPHA = 0.05
 #: the failure layers compared by default, in the report's order: not `ok` (a thumbs-down the judge
@@ -86,95 +85,6 @@ class CompareOptions(TypedDict, total=False):
     owners: Owners | None
     layers: Iterable[Layer]
     screen: bool
-
-
-# -- the statistics ----------------------------------------------------------------------------
-
-
-def wilson(count: int, total: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of `count` successes in `total` trials (95% by default)."""
-    if total <= 0:
-        raise ValueError(f"an interval needs at least one trial, not {total}")
-    if not 0 <= count <= total:
-        raise ValueError(f"{count} successes out of {total} trials")
-    p = count / total
-    z2 = z * z
-    scale = 1 + z2 / total
-    centre = (p + z2 / (2 * total)) / scale
-    half = z / scale * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
-    low = 0.0 if count == 0 else max(0.0, centre - half)
-    high = 1.0 if count == total else min(1.0, centre + half)
-    return low, high
-
-
-def _margins(a: int, n1: int, b: int, n2: int) -> tuple[int, int, int, int]:
-    """The table's failures `k` and answers `n`, and the lowest and highest count its first row
-    can hold given those margins."""
-    if not (0 <= a <= n1 and 0 <= b <= n2):
-        raise ValueError(f"not a 2x2 table: {a} of {n1} against {b} of {n2}")
-    k, n = a + b, n1 + n2
-    return k, n, max(0, n1 - (n - k)), min(k, n1)
-
-
-def _log_comb(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-
-
-def _pmf(x: int, n1: int, k: int, n: int) -> float:
-    """P(X = x), X hypergeometric: `n1` drawn from `n`, of which `k` are marked."""
-    if not max(0, n1 - (n - k)) <= x <= min(k, n1):
-        return 0.0
-    return math.exp(_log_comb(k, x) + _log_comb(n - k, n1 - x) - _log_comb(n, n1))
-
-
-def fisher_greater(a: int, n1: int, b: int, n2: int) -> float:
-    """One-sided Fisher exact test that the first rate (`a` of `n1`) is higher than the second
-    (`b` of `n2`): P(X >= a), X hypergeometric given the margins (`a + b` failures, `n1` and `n2`).
-
-    The tail is summed away from the distribution's mode, where its terms only shrink (and the sum
-    stops when they no longer count); a tail that holds the mode is one minus the other tail."""
-    k, n, low, high = _margins(a, n1, b, n2)
-    if a <= low:
-        return 1.0
-    mode = (n1 + 1) * (k + 1) // (n + 2)
-    if a > mode:  # the upper tail, from a up
-        term = total = _pmf(a, n1, k, n)
-        for x in range(a, high):
-            term *= (k - x) * (n1 - x) / ((x + 1) * (n - k - n1 + x + 1))
-            total += term
-            if term <= total * 1e-17:
-                break
-        return min(1.0, total)
-    # the lower tail, from a - 1 down: P(X >= a) = 1 - P(X <= a - 1)
-    term = total = _pmf(a - 1, n1, k, n)
-    for x in range(a - 1, low, -1):
-        term *= x * (n - k - n1 + x) / ((k - x + 1) * (n1 - x + 1))
-        total += term
-        if term <= total * 1e-17:
-            break
-    return max(0.0, 1.0 - total)
-
-
-def min_p_value(a: int, n1: int, b: int, n2: int) -> float:
-    """The smallest one-sided p-value `fisher_greater` can give a table with these margins (`n1`,
-    `n2` and `a + b` failures): all the failures it can hold in the first row."""
-    k, n, low, high = _margins(a, n1, b, n2)
-    return 1.0 if high <= low else _pmf(high, n1, k, n)
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p times
-    (m - i + 1), never below the one before it, at most 1. Reject where the adjusted p <= alpha."""
-    for p in p_values:
-        if not 0.0 <= p <= 1.0:  # NaN fails too
-            raise ValueError(f"a p-value is in [0, 1], not {p}")
-    m = len(p_values)
-    adjusted = [1.0] * m
-    running = 0.0
-    for rank, i in enumerate(sorted(range(m), key=lambda j: p_values[j])):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 # -- what the sources give ---------------------------------------------------------------------
@@ -746,3 +656,9 @@ class ReleaseWindow(_Model):
     gate: Gate | None = None
     #: what was read but not counted, and why (votes on answers from before the window, ...)
     notes: list[str] = Field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """`triage releases`'s: REGRESSED (7) when the gate was asked and failed (`Gate.worse`), else
+        OK. A release the watch flagged without a gate is shown, not an exit code."""
+        return ExitCode.REGRESSED if self.gate is not None and self.gate.worse else ExitCode.OK

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 from triage.domain.records import Confidence, Facts, Layer
 from triage.domain.scores import NAMESPACE
 from triage.domain.worklist import DatasetItem
+from triage.errors import ExitCode
 
 #: a reviewer's verdict on an answer: `false_alarm` and `positive` on a thumbs-down say the agent was right
 Verdict = Literal["positive", "negative", "false_alarm"]
@@ -315,6 +316,12 @@ class CalibrationReport(_Record):
             return None
         return self.layer.kappa_low is not None and self.layer.kappa_low >= self.min_kappa
 
+    @property
+    def exit_code(self) -> ExitCode:
+        """`triage calibrate`'s: BELOW_GATE (6) when the `--min-kappa` gate failed, else OK (no gate
+        asked is no failure)."""
+        return ExitCode.BELOW_GATE if self.gate_passed is False else ExitCode.OK
+
 
 class EvalMiss(_Record):
     trace_id: str
@@ -354,6 +361,13 @@ class EvalReport(_Record):
     runs: list[EvalRun]
     #: label lines set aside, with their reasons, as `triage calibrate` lists them
     bad_labels: list[BadLabel] = Field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """`triage eval`'s: ERROR (1) when some judge's run failed (its error is in the report), else
+        OK. A run's own exit code (`EvalRun.exit_code`, a degraded night's 4) is reported, not
+        passed on: a judge that left traces undecided was still measured."""
+        return ExitCode.ERROR if any(run.error for run in self.runs) else ExitCode.OK
 
 
 # -- how far a judge has been measured (`triage calibrate --write`, read by the night) ----------

@@ -27,25 +27,21 @@ against the one before it (`domain.releases`).
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import chain, groupby
-from typing import TypeVar
 
 from triage.domain.config import TriageConfig
-from triage.domain.kernel import iso_z
-from triage.domain.outcome import Entry, RunResult, Shard
+from triage.domain.kernel import Window, iso_z
+from triage.domain.outcome import RunResult, Shard
 from triage.domain.ports import (
     Backend,
     Judge,
     PacedSource,
-    ReadsInTraceOrder,
     ReleaseSource,
     ScoreReader,
     ScoreSink,
@@ -54,26 +50,15 @@ from triage.domain.ports import (
     TraceSource,
     VoteSource,
 )
-from triage.domain.records import Layer, StoredScore, Vote, WriteOutcome
-from triage.domain.releases import (
-    ALPHA,
-    Per,
-    ReleaseCounts,
-    ReleaseRows,
-    ReleaseTally,
-    ReleaseWindow,
-    TraceRow,
-    gate,
-    merge_answers,
-    watch,
-)
-from triage.domain.rule import owners as rule_owners
-from triage.domain.scores import JobScoreNames, ScoreBody, SignatureMeta, current_scores, score_id
+from triage.domain.records import Vote, WriteOutcome
+from triage.domain.review import JudgeMeasure
+from triage.domain.scores import ScoreBody, score_id
 from triage.domain.votes import TurnPending, rated_trace
-from triage.domain.worklist import NIGHTS, Member, Night, Signature, Worklist, assign
-from triage.engine.stream import Flight, Ledger, OutageWait, RunOptions, Stream, VerdictMaker, window
-from triage.errors import ExitCode, SearchError, SourceError, UsageError
-from triage.judges.heuristic import HeuristicJudge
+from triage.domain.worklist import NIGHTS
+from triage.engine.releases import gather_releases
+from triage.engine.stream import Flight, Ledger, OutageWait, RunOptions, Stream, VerdictMaker
+from triage.engine.worklist import build_worklist, signature_batches
+from triage.errors import ExitCode, SearchError, SourceError
 from triage.retry import Budget, stop_on_sigterm
 from triage.search.local import Researcher
 from triage.sinks.exports import open_facts_file
@@ -139,108 +124,16 @@ def votes_by_trace(traces: TraceSource, votes: list[Vote], ledger: Ledger) -> di
     return by_trace
 
 
-TITLE_CHARS = 120
 
 
-def night_of(stamp: datetime, end: datetime, length: timedelta) -> int:
-    """0 for tonight's window (end - length, end], 1 for the one before, ..."""
-    return max(0, int((end - stamp) / length))
 
 
-def known_signatures(
-    rows: Sequence[StoredScore], end: datetime, length: timedelta, config: TriageConfig
-) -> tuple[list[Signature], list[Night]]:
-    """The signatures and night counts the stored signature scores describe."""
-    nights = [Night(n, end - length * (n + 1), end - length * n) for n in range(NIGHTS + 1)]
-    sigs: dict[str, Signature] = {}
-    for row in sorted(rows, key=lambda r: (r.timestamp, r.id)):
-        meta = SignatureMeta.from_stored(row.metadata)
-        if row.trace_id is None or not isinstance(row.value, str) or meta.rule_version != config.rule_version:
-            continue
-        night = night_of(row.timestamp, end, length)
-        if night > NIGHTS:
-            continue
-        sig = sigs.get(row.value)
-        if sig is None:
-            sig = sigs[row.value] = Signature(
-                id=row.value,
-                layer=meta.layer,
-                component=meta.component,
-                terms=frozenset(meta.terms),
-                title=meta.title,
-            )
-        sig.add(night, row.trace_id, row.timestamp)
-        nights[night].count(meta.layer, meta.owners)
-    return list(sigs.values()), nights
 
 
-def build_worklist(
-    history: ScoreReader, entries: Sequence[Entry], result: RunResult, config: TriageConfig, length: timedelta
-) -> Worklist:
-    """Assign tonight's entries to signatures (known ones first) and count the nights.
-
-    A night is `length` long (the run's `--since-hours`, without the overlap), counted back from
-    the window's end; this run's own entries count as tonight wherever their trace started."""
-    rows = history.scores([config.scores.signature], result.end - length * (NIGHTS + 1), result.end + length)
-    known, nights = known_signatures(rows, result.end, length, config)
-    already = {trace_id for sig in known for trace_id in sig.tonight}
-    members = [
-        Member(e.trace_id, e.layer.value, e.component, e.question, e.start) for e in entries
-    ]
-    chosen = assign(members, known)
-    for entry in entries:
-        sig = chosen[entry.trace_id]
-        entry.signature = sig.id
-        if entry.trace_id not in already:
-            nights[0].count(entry.layer.value, entry.owners)
-    seen = {sig.id: sig for sig in [*known, *chosen.values()]}
-    tonight = sorted((s for s in seen.values() if s.tonight), key=lambda s: (-len(s.tonight), s.id))
-    resolved = sorted((s for s in seen.values() if not s.tonight), key=lambda s: (-s.count, s.id))
-    return Worklist(signatures=tonight, resolved=resolved, nights=nights)
 
 
-def signature_scores(entries: Sequence[Entry], worklist: Worklist, config: TriageConfig) -> list[ScoreBody]:
-    """One `triage_signature` score per entry, with what later nights need to read it back."""
-    by_id = {sig.id: sig for sig in worklist.signatures}
-    name = config.scores.signature
-    out = []
-    for entry in entries:
-        if entry.signature is None or entry.score_time is None or not entry.written:
-            continue  # a verdict not written has no signature score either: a rerun writes both
-        sig = by_id[entry.signature]
-        out.append(
-            ScoreBody(
-                data_type="CATEGORICAL",
-                id=score_id(entry.trace_id, name, config.rule_version),
-                trace_id=entry.trace_id,
-                name=name,
-                value=sig.id,
-                comment=f"{sig.layer} / {sig.component}",
-                metadata=SignatureMeta(
-                    layer=entry.layer.value,
-                    component=entry.component,
-                    owners=entry.owners,
-                    terms=sorted(sig.terms),
-                    title=sig.title[:TITLE_CHARS],
-                    rule_version=config.rule_version,
-                ).to_metadata(),
-                timestamp=entry.score_time,
-                environment=entry.environment,
-            )
-        )
-    return out
 
 
-def signature_batches(
-    entries: Sequence[Entry], worklist: Worklist, config: TriageConfig, size: int
-) -> Iterator[list[ScoreBody]]:
-    """`signature_scores` a batch of at most `size` entries at a time (each batch made only when
-    asked for), so that the scores to write, and their read-back, never grow with the window."""
-    step = max(1, size)
-    for start in range(0, len(entries), step):
-        writes = signature_scores(entries[start : start + step], worklist, config)
-        if writes:
-            yield writes
 
 
 TRIAGED_PER_READ = 100
@@ -316,27 +209,25 @@ def marker_score(result: RunResult, shard: Shard, config: TriageConfig) -> Score
     )
 
 
-async def _reach_back(
-    sources: Sources, options: RunOptions, config: TriageConfig, start: datetime, end: datetime
-) -> datetime:
-    """The window's start reaching back to the last complete run, at most the lookback
-    (`kernel.window`). No marker at all is a first run: its window is the night's, since no earlier
-    night of this store left anything. Only with `write`: a dry run records nothing, and shows the
-    night's window. A marker that cannot be read costs the reach, never the run."""
-    if not options.write or sources.history is None or config.window.lookback_days <= 0:
-        return start
+async def _reach_back(sources: Sources, options: RunOptions, window: Window) -> Window:
+    """The window reaching back to the last complete run, at most the lookback
+    (`Window.reaching_back_to`). No marker at all is a first run: its window is the night's, since
+    no earlier night of this store left anything. Only with `write`: a dry run records nothing, and
+    shows the night's window. A marker that cannot be read costs the reach, never the run."""
+    if not options.write or sources.history is None or window.lookback <= timedelta(0):
+        return window
     try:
-        since = await asyncio.to_thread(last_complete, sources.history, end, options.shard)
+        since = await asyncio.to_thread(last_complete, sources.history, window.end, options.shard)
     except SourceError as ex:
         log.warning("the last complete run could not be read (%s): tonight's window only", ex,
                     extra={"event": "marker_unavailable"})  # fmt: skip
-        return start
+        return window
     if since is None:
-        return start
-    reached, _ = window(options, config, since)
-    if reached < start:
+        return window
+    reached = window.reaching_back_to(since)
+    if reached.start < window.start:
         log.info("reaching back to %s for what earlier runs left (the last complete run ended %s)",
-                 reached.isoformat(timespec="minutes"), since.isoformat(timespec="minutes"),
+                 reached.start.isoformat(timespec="minutes"), since.isoformat(timespec="minutes"),
                  extra={"event": "reach_back"})  # fmt: skip
     return reached
 
@@ -369,12 +260,29 @@ async def _mark(sources: Sources, body: ScoreBody) -> None:
     _marker_failed(outcome, body)
 
 
+@dataclass(frozen=True)
+class RunSetup:
+    """What the application hands the engine for one run beyond its options (`triage.app.run_setup`):
+    the window it reads, the judge for a trace no search can serve (a turn that made no search:
+    the offline judge's facts suffice), and what the report shows of the judge (its last
+    measurement against people, read at the end; a cached input token's price). The run's `RunResult` is built from
+    these and the run alone: nothing fills it afterwards."""
+
+    window: Window
+    no_search_judge: Judge
+    #: the judge's last measurement against people, read once the run is done (None: unmeasured)
+    measure: Callable[[str], JudgeMeasure | None] | None = None
+    #: a cached input token's price (per M tokens); None: the input price
+    cached_input_price: float | None = None
+
+
 async def run_feedback(
     *,
     sources: Sources,
     judge: Judge,
     config: TriageConfig,
     options: RunOptions,
+    setup: RunSetup,
     searcher: AbstractAsyncContextManager[Searcher] | None = None,
     budget: Budget | None = None,
     flight: Flight | None = None,
@@ -388,7 +296,7 @@ async def run_feedback(
     each trace starts and ends."""
     stop = asyncio.Event()  # set on SIGTERM
     with stop_on_sigterm(stop, budget, doing="finishing the traces in flight, listing the rest"):
-        return await _run(sources, judge, config, options, searcher, stop, flight, reopen)
+        return await _run(sources, judge, config, options, setup, searcher, stop, flight, reopen)
 
 
 async def _run(
@@ -396,14 +304,15 @@ async def _run(
     judge: Judge,
     config: TriageConfig,
     options: RunOptions,
+    setup: RunSetup,
     searcher: AbstractAsyncContextManager[Searcher] | None,
     stop: asyncio.Event,
     flight: Flight | None = None,
     reopen: SearcherFactory | None = None,
 ) -> RunResult:
     started = time.monotonic()
-    start, end = window(options, config)
-    start = await _reach_back(sources, options, config, start, end)
+    window = await _reach_back(sources, options, setup.window)
+    start, end = window.start, window.end
     result = RunResult(
         start=start,
         end=end,
@@ -412,6 +321,7 @@ async def _run(
         shard=options.shard,
         input_price=config.judge.input_price_per_mtok,
         output_price=config.judge.output_price_per_mtok,
+        cached_input_price=setup.cached_input_price,
     )
     log.info(
         "window %s .. %s, judge %s%s",
@@ -442,7 +352,7 @@ async def _run(
             researcher = Researcher.configured(live, config) if live is not None else None
             verdicts = VerdictMaker(
                 judge=judge,
-                no_search_judge=HeuristicJudge(),
+                no_search_judge=setup.no_search_judge,
                 config=config,
                 ledger=ledger,
                 researcher=researcher,
@@ -494,6 +404,8 @@ async def _run(
     if sources.history is not None and sources.releases is not None and not stop.is_set():
         await _releases(sources, result, config, options)
     result.usage = judge.usage
+    if setup.measure is not None:  # after the run, as the report's last read
+        result.judge_measure = await asyncio.to_thread(setup.measure, judge.name)
     result.requests = sources.stats.requests
     result.elapsed = time.monotonic() - started
     return result
@@ -568,213 +480,6 @@ async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: Tria
 
 
 # -- the release watch: each release of the window, and each against the one before it ---------
-
-
-T = TypeVar("T")
-#: the traces placed per `trace_places` call while the release watch counts (Langfuse: ten
-#: requests of 100 ids; the store: two queries)
-TRACES_PER_PLACE = 1000
-Verdict = tuple[Layer | None, str | None, str | None]  # a trace's layer, component, signature
-
-
-def _in_trace_order(items: Iterable[T], trace_of: Callable[[T], str], what: str) -> Iterator[T]:
-    """`items` as they come, checked to be in trace order: the count of a trace is made from its
-    rows together, so a source out of order would count a trace twice."""
-    last = ""
-    for item in items:
-        trace = trace_of(item)
-        if trace < last:
-            raise SourceError(f"the {what} did not come in trace order ({trace!r} after {last!r})")
-        last = trace
-        yield item
-
-
-def _verdicts(
-    stored: Iterator[StoredScore], names: JobScoreNames, rule_version: str, tonight: Sequence[Entry]
-) -> Iterator[tuple[str, Verdict]]:
-    """Each trace's current verdict (`current_scores` of its stored scores, tonight's entry over
-    them), in trace order, from the stored scores in trace order."""
-    tonight_by = {e.trace_id: (e.layer, e.component, e.signature) for e in tonight}
-
-    def held() -> Iterator[tuple[str, Verdict]]:
-        for trace_id, group in groupby(stored, key=lambda score: score.trace_id):
-            if trace_id is None or trace_id in tonight_by:
-                continue
-            for job in current_scores(list(group), names, rule_version).values():
-                signature = job.signature.value if job.signature is not None else None
-                text = signature if isinstance(signature, str) else None
-                yield trace_id, (job.layer_value, job.component_value, text)
-
-    return heapq.merge(held(), sorted(tonight_by.items()), key=lambda item: item[0])
-
-
-def _count_voted(
-    source: ReleaseSource,
-    traces: TraceSource,
-    scores: ScoreReader,
-    config: TriageConfig,
-    start: datetime,
-    end: datetime,
-    tonight: Sequence[Entry],
-    components: dict[Layer, set[str]],
-) -> tuple[ReleaseRows, int, int]:
-    """The window's votes and verdicts counted per release (`ReleaseTally`), one trace at a time:
-    the votes and the job's scores are read in trace order (a `ReadsInTraceOrder` source sorts them
-    as it reads, a page at a time; another is read whole and sorted), merged, and each trace placed
-    (`trace_places`, `TRACES_PER_PLACE` at a time) and counted. Memory: the releases', plus the
-    votes on conversations (placed first) and tonight's entries, not the window's votes. Also the
-    votes on answers from outside the window, and those whose rated turn is not there yet. Adds to
-    `components` each layer's components."""
-    names = JobScoreNames(layer=config.scores.layer, component=config.scores.component,
-                          signature=config.scores.signature)  # fmt: skip
-    score_names = [config.scores.layer, config.scores.component, config.scores.signature]
-    votes: Iterator[Vote]
-    stored: Iterator[StoredScore]
-    if isinstance(source, ReadsInTraceOrder):
-        votes = source.votes_in_trace_order(config.scores.vote, start, end)
-    else:
-        votes = iter(sorted(source.cast_votes(config.scores.vote, start, end).votes, key=lambda v: v.trace_id or ""))
-    if isinstance(scores, ReadsInTraceOrder):
-        stored = scores.scores_in_trace_order(score_names, start, end)
-    else:
-        stored = iter(sorted(scores.scores(score_names, start, end), key=lambda s: s.trace_id or ""))
-    votes = _in_trace_order(votes, lambda v: v.trace_id or "", "votes")
-    stored = _in_trace_order(stored, lambda s: s.trace_id or "", "job's scores")
-    # the votes on a conversation (no trace) come first: each for the turn it rates, as the job places it
-    on_sessions: list[Vote] = []
-    first = next(votes, None)
-    while first is not None and not first.trace_id:
-        on_sessions.append(first)
-        first = next(votes, None)
-    session_ids = sorted({v.session_id for v in on_sessions if v.session_id})
-    sessions = traces.session_traces(session_ids) if session_ids else {}
-    rated: list[tuple[str, Vote]] = []
-    unplaced = 0
-    for vote in on_sessions:
-        turn = rated_trace(vote, sessions.get(vote.session_id, [])) if vote.session_id else None
-        if isinstance(turn, str):
-            rated.append((turn, vote))
-        else:
-            unplaced += 1
-    rated.sort(key=lambda item: item[0])
-    on_traces = ((v.trace_id or "", v) for v in chain([first] if first is not None else [], votes))
-    voted = heapq.merge(on_traces, rated, key=lambda item: item[0])
-    tagged: Iterator[tuple[str, Vote | Verdict]] = heapq.merge(
-        voted, _verdicts(stored, names, config.rule_version, tonight), key=lambda item: item[0]
-    )
-    tally = ReleaseTally()
-    outside = 0
-
-    def count(chunk: list[tuple[str, list[Vote | Verdict]]]) -> None:
-        nonlocal outside
-        places = source.trace_places([trace_id for trace_id, _ in chunk])
-        for trace_id, said in chunk:
-            place = places.get(trace_id)
-            if place is not None and not start <= place.start < end:
-                place = None
-            rows: list[TraceRow] = []
-            for item in said:
-                if isinstance(item, Vote):
-                    if place is None:
-                        outside += 1
-                    else:
-                        rows.append(TraceRow(trace_id=trace_id, release=place.release, version=place.version,
-                                             timestamp=place.start, vote=item.value))  # fmt: skip
-                    continue
-                layer, component, signature = item
-                if place is None or (layer is None and signature is None):
-                    continue
-                rows.append(TraceRow(trace_id=trace_id, release=place.release, version=place.version,
-                                     timestamp=place.start, layer=layer, signature=signature))  # fmt: skip
-                if layer is not None:
-                    components.setdefault(layer, set()).add(component or config.agent.default_component)
-            if rows:
-                tally.add(trace_id, rows)
-
-    chunk: list[tuple[str, list[Vote | Verdict]]] = []
-    for trace_id, group in groupby(tagged, key=lambda item: item[0]):
-        chunk.append((trace_id, [item for _, item in group]))
-        if len(chunk) >= TRACES_PER_PLACE:
-            count(chunk)
-            chunk = []
-    if chunk:
-        count(chunk)
-    return tally.result(), outside, unplaced
-
-
-def gather_releases(
-    source: ReleaseSource,
-    traces: TraceSource,
-    scores: ScoreReader,
-    config: TriageConfig,
-    start: datetime,
-    end: datetime,
-    *,
-    tonight: Sequence[Entry] = (),
-    alpha: float = ALPHA,
-    per: Per = "answers",
-    gate_pair: tuple[str, str] | None = None,
-) -> ReleaseWindow:
-    """The releases of the answers started in [start, end), each against the one before it
-    (`domain.releases.watch`); with `gate_pair` (candidate, baseline), the release gate between
-    those two (`domain.releases.gate`), a `UsageError` naming the window's releases when one of
-    them has no answer in it.
-
-    The answers per release come from the source (`release_answers`: Langfuse's metrics API, the
-    store's GROUP BY). Then, per answer of the window: its votes cast in the window (a vote on a
-    conversation counts for the turn it rates, as the job places it), and its failure's layer and
-    signature, the job's current verdict (`current_scores`), tonight's `tonight` entries over the
-    stored ones; read in trace order and counted one answer at a time (`_count_voted`). The owners
-    of a layer are the configuration's (`rule.owners`) for the components its failures were given.
-    Releases are ordered by first seen at the source's resolution, then in version order."""
-    answers = source.release_answers(start, end)
-    notes: list[str] = []
-    counts: list[ReleaseCounts] = []
-    components: dict[Layer, set[str]] = {}
-    if answers.releases:
-        read, outside, unplaced = _count_voted(source, traces, scores, config, start, end, tonight, components)
-        counts = merge_answers(answers.releases, read.releases, answers.resolution)
-        if outside:
-            notes.append(f"{outside} votes on answers that started before the window (or are unknown): not counted")
-        if unplaced:
-            notes.append(f"{unplaced} votes on a conversation whose rated turn is not there yet: not counted")
-        if read.notes:
-            notes.append(f"{len(read.notes)} answers whose rows disagree, e.g. {read.notes[0].reason}")
-
-    def owners_of(layer: Layer) -> list[str]:
-        found = sorted(components.get(layer) or {config.agent.default_component})
-        return list(dict.fromkeys(o for component in found for o in rule_owners(layer, component, config)))
-
-    watched = watch(counts, alpha=alpha, per=per, owners=owners_of, resolution=answers.resolution)
-    log.info(
-        "releases %s .. %s: %d, answers counted by %s; worse than the one before: %s",
-        start.isoformat(timespec="minutes"),
-        end.isoformat(timespec="minutes"),
-        len(watched.releases),
-        answers.counted_by,
-        ", ".join(watched.flagged) or "none",
-        extra={"event": "releases", "flagged": watched.flagged},
-    )
-    for note in notes:
-        log.info("releases: %s", note, extra={"event": "releases_note"})
-    gated = None
-    if gate_pair is not None:
-        by_name = {c.release: c for c in counts}
-        unknown = [name for name in gate_pair if name not in by_name]
-        if unknown:
-            found = ", ".join(sorted(by_name)) or "none"
-            raise UsageError(
-                f"release {', '.join(map(repr, unknown))} has no answer started between {iso_z(start)} and "
-                f"{iso_z(end)} (--since-hours); the releases of that window: {found}"
-            )
-        candidate, baseline = gate_pair
-        if candidate == baseline:
-            raise UsageError(f"--candidate and --baseline name the same release ({candidate!r})")
-        gated = gate(by_name[candidate], by_name[baseline], alpha, per=per, owners=owners_of)
-    return ReleaseWindow(
-        start=start, end=end, counted_by=answers.counted_by, unreleased=answers.unreleased,
-        watch=watched, gate=gated, notes=notes,
-    )  # fmt: skip
 
 
 async def _releases(sources: Sources, result: RunResult, config: TriageConfig, options: RunOptions) -> None:

@@ -5,7 +5,7 @@
 Both queues are bounded, so memory stays flat however large the window: when judging lags, reads
 wait; when writes lag, judges wait.
 
-How a run is asked for (`RunOptions`, `window`): the window, writing, concurrency, shard and facts file.
+How a run is asked for (`RunOptions`): the window's length, writing, concurrency, shard and facts file.
 
 `now` is a field of every command's options record (this one, and calibrate's, queue's, promote's,
 votes' and eval's): the moment the window ends at, the current time unless a caller fixes it.
@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Protocol
 
-from triage.domain import kernel
 from triage.domain.config import TriageConfig
 from triage.domain.outcome import Entry, Findings, RunResult, Shard, Skipped, shorten
 from triage.domain.ports import Judge, JudgeRequest, ScoreSink, SearchMore, TraceSource
@@ -84,7 +83,7 @@ class RunOptions:
     shard: Shard = field(default_factory=Shard)
     facts_file: Path | None = None
     progress_seconds: float = 5.0
-    #: `--batch`: the model judge's calls go through the Batch API (`judges.batch_rounds`); the run
+    #: `--batch`: the model judge's calls go through the Batch API (`judges.model.rounds`); the run
     #: then judges up to its cap of traces at once, so their calls share a round
     batch_mode: bool = False
 
@@ -94,20 +93,6 @@ class Flight(Protocol):
     collector sends the calls it gathered once every trace in flight waits on it."""
 
     def flying(self, trace_id: str) -> AbstractContextManager[None]: ...
-
-
-def window(options: RunOptions, config: TriageConfig, since: datetime | None = None) -> tuple[datetime, datetime]:
-    """[start, end): `since_hours` ending `lag` before now, reaching `overlap` further back; with
-    `since` (the last complete run's end), back to it, at most `lookback_days` (`kernel.window`)."""
-    lag, overlap = config.window.lag_minutes, config.window.overlap_minutes
-    return kernel.window(
-        options.now,
-        options.since_hours,
-        lag_minutes=lag,
-        overlap_minutes=overlap,
-        since=since,
-        lookback_days=config.window.lookback_days,
-    )
 
 
 log = logging.getLogger("triage")
@@ -154,6 +139,10 @@ class Ledger:
 
     def add(self, entry: Entry) -> None:
         self.result.entries.append(entry)
+
+    def wrote(self, count: int) -> None:
+        """`count` more verdicts written and read back."""
+        self.result.written += count
 
     def skip(
         self,
@@ -630,7 +619,7 @@ class Stream:
                 )
             else:
                 entry.written = True
-                self.ledger.result.written += len(ws)
+                self.ledger.wrote(len(ws))
 
 
 def first_error(group: BaseExceptionGroup) -> BaseException:

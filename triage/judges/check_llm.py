@@ -1,6 +1,6 @@
 """The LLM check judge (`LLMCheckJudge`): a regression case's expectations that code cannot
 decide, asked of an OpenAI-compatible model and verified in code (see
-`triage.judges.expectations`).
+`triage.judges.CHECK_JUDGES`).
 
 A model's word is never a pass. Each pass comes with evidence that code checks (`verify_pass`):
 quotes that are exact substrings of the answer and carry what the expectation needs (the
@@ -11,7 +11,7 @@ invents, an answer that declines, a statement the page contradicts). A pass whos
 hold is undecided, with the reason; a fail stands. Measured with a model that lies with the best
 evidence it can find (the perfect check model's, every expectation passed): 17 of the 76 wrong
 answers of evals/check still pass (meaning, not strings: a right value weakened by a caveat), so the
-injection guard (`judges.prompts.check_injection_findings`) stays the first line.
+injection guard (`judges.guard.check_injection_findings`) stays the first line.
 
 The whole answer is judged: one longer than `CAP_ANSWER` is shown in overlapping parts
 (`answer_parts`), one call per part, and the verdicts combine (`combine`): a fail in any part fails;
@@ -34,14 +34,16 @@ from triage.domain.checks import AgentRun, CheckCase, ExpectationCheck, Expectat
 from triage.domain.kernel import one_line
 from triage.domain.records import Confidence, Passage, Usage
 from triage.errors import JudgeRejected
-from triage.judges import prompts
-from triage.judges.check_evidence import (
+from triage.judges.check_offline import offline_answers, offline_correction, offline_decline, offline_rests_on
+from triage.judges.model import prompts
+from triage.judges.model.exchange import ChatExchange, StructuredMode, model_retry
+from triage.judges.model.replies import quote_found, strict_schema
+from triage.judges.offline.check_evidence import (
     EVIDENCE_CHARS,
     answer_findings,
     check_must_cite,
     check_tool_behavior,
     collection_of,
-    decline_cues,
     digits_in,
     guarded,
     holds,
@@ -51,19 +53,9 @@ from triage.judges.check_evidence import (
     prose_sentences,
     unticked,
 )
-from triage.judges.check_offline import (
-    claim_anchors,
-    correction_values,
-    is_negative,
-    offline_answers,
-    offline_claim,
-    offline_correction,
-    offline_decline,
-    offline_rests_on,
-)
-from triage.judges.llm_replies import quote_found, strict_schema
-from triage.judges.llm_transport import ChatExchange, StructuredMode, model_retry
-from triage.judges.offline_text import specifics, squash, word_set
+from triage.judges.offline.claims import claim_anchors, correction_values, is_negative, offline_claim
+from triage.judges.offline.declines import decline_cues
+from triage.judges.offline.text import specifics, squash, word_set
 from triage.retry import Budget, Clock
 
 # -- the LLM judge -----------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ Prompts are cache-friendly: each call's system message (instructions, the catalo
 format) and its reply schema are the same bytes for every call of its kind in a run, so a server's
 prompt cache can serve them; what changes (the nonce, the sets asked, the data) is the user message,
 after them. In batch mode (`batch`, `triage feedback --batch`) each call's first attempt is asked
-through a round of the Batch API (`judges.batch_rounds`); a verification retry goes directly.
+through a round of the Batch API (`judges.model.rounds`); a verification retry goes directly.
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ from triage.domain.config import Component
 from triage.domain.ports import JudgeRequest, SearchMore
 from triage.domain.records import Facts, Passage, Trace, Usage
 from triage.errors import ConfigError, JudgeError, JudgeRejected, leaves
-from triage.judges import prompts
-from triage.judges.llm_replies import (
+from triage.judges import guard
+from triage.judges.model import prompts
+from triage.judges.model.exchange import RECENT_TRACES, ChatExchange, RecentUsage, StructuredMode, model_retry
+from triage.judges.model.replies import (
     CAP_ANSWER,
     CAP_COMMENT,
     CAP_QUESTION,
@@ -63,11 +65,10 @@ from triage.judges.llm_replies import (
     passage_set,
     tool_blocks,
 )
-from triage.judges.llm_transport import RECENT_TRACES, ChatExchange, RecentUsage, StructuredMode, model_retry
 from triage.retry import Budget, Clock
 
 if TYPE_CHECKING:
-    from triage.judges.batch_rounds import BatchCollector
+    from triage.judges.model.rounds import BatchCollector
 
 TEMPLATES = (
     "containment_system.j2",
@@ -127,7 +128,7 @@ class LLMJudge:
         self.facts = FactMaker(components, partial_is_answer)
         retry = model_retry(max_retries, backoff_base, backoff_max, clock, budget)
         if batch is not None:
-            from triage.judges.batching import BatchRunner
+            from triage.judges.model.batch import BatchRunner
 
             batch.attach(BatchRunner(client, retry=retry, metadata={"job": "triage feedback"}))
         self.batch = batch
@@ -181,7 +182,7 @@ class LLMJudge:
         cascade that settled them)."""
         trace, research, comment, base = request.trace, request.research, request.comment, request.base
         usage = self.usage_by_trace.start(trace.id)
-        findings = prompts.trace_findings(trace, research, comment)
+        findings = guard.trace_findings(trace, research, comment)
         try:
             # both calls at once (half the latency per trace); one failing cancels the other
             async with asyncio.TaskGroup() as group:
@@ -205,7 +206,7 @@ class LLMJudge:
             return self.facts.facts(base, findings, grounding=grounded_reply)
         reply, r_set, s_set, found = task_a.result()
         if found:  # the judge's own search brought passages the detector has not read yet
-            findings += prompts.passage_findings(found)
+            findings += guard.passage_findings(found)
         if reply.component.name not in self.components:
             # not a reason to reject the reply: the pick is discarded, the layer facts stand
             log.info(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import uvicorn
 
-from triage.domain.config import RelayConfig, ReviewNames, TriageConfig
+from triage.domain.config import RelayConfig, TriageConfig
 from triage.errors import ConfigError
 from triage.relay.api import Credentials, RelayApp
 from triage.relay.commits import GroupCommit
@@ -33,7 +33,7 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def check_startup(config: TriageConfig, credentials: Credentials, host: str) -> None:
     """Refuse to start (ConfigError, exit 3) on an incoherent model, an open relay off loopback, or a
     secret too short to withstand guessing (fewer than 32 characters) off loopback."""
-    problems = config.relay.problems(ReviewNames.of(config.calibration).relay_writes())
+    problems = config.relay.problems(config.review_names().relay_writes())
     if problems:
         raise ConfigError("the relay's score model is incoherent: " + "; ".join(problems))
     if credentials.open and not is_loopback(host):
@@ -91,7 +91,7 @@ def relay_running(
         sink=sink,
         config=config.relay,
         clock=clock,
-        names=ReviewNames.of(config.calibration),
+        names=config.review_names(),
         worker=worker,
     )
     if start_worker:

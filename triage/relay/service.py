@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from triage.domain.config import HUMAN, VOTE_SCORE, CalibrationConfig, DeclaredScore, RelayConfig, ReviewNames
+from triage.domain.config import HUMAN, CalibrationConfig, DeclaredScore, RelayConfig, ReviewNames
 from triage.domain.kernel import iso_ms, parse_time
 from triage.domain.review import Verdict
 from triage.domain.scores import END_USER, BadScore, DataType, PersonMeta, ScoreBody, relay_score_id
@@ -105,7 +105,8 @@ class Relay:
         self.clock = clock
         self.metrics = metrics or Metrics()
         self.worker = worker
-        #: the scores people write (the verdict's name is the calibration config's)
+        #: the scores people write (the vote's name is `[scores] vote`, the one the night reads;
+        #: the verdict's, the calibration config's): `TriageConfig.review_names()`
         self.names = names or ReviewNames.of(CalibrationConfig())
         #: a verdict's field (its body name) -> its score's name
         self.fields = self.names.verdict_scores()
@@ -202,7 +203,7 @@ class Relay:
     def _lookup(self, name: str) -> DeclaredScore:
         decl = self.config.declared(name)
         if decl is None:  # monitor mode lets the model leave out a name the relay writes
-            return DeclaredScore(name=name, data_type="BOOLEAN" if name == VOTE_SCORE else "TEXT")
+            return DeclaredScore(name=name, data_type="BOOLEAN" if name == self.names.vote else "TEXT")
         return decl
 
     # -- operations ------------------------------------------------------------------------------
@@ -210,7 +211,8 @@ class Relay:
     async def feedback(self, req: Feedback, author: str, mode: Mode = "upsert") -> Written:
         wanted: dict[str, _Wanted] = {}
         if req.value is not None:
-            wanted[VOTE_SCORE] = self._wanted(VOTE_SCORE, "vote", req.value, req.comment)
+            vote = self.names.vote
+            wanted[vote] = self._wanted(vote, "vote", req.value, req.comment)
         for field, text in (req.verdict or {}).items():
             name = self.fields[field]
             wanted[name] = self._wanted(name, "verdict", text, None)
@@ -342,7 +344,7 @@ class Relay:
             body = row.body
             if body is None:
                 continue
-            if row.name == VOTE_SCORE:
+            if row.name == self.names.vote:
                 item["vote"] = "up" if body.value == 1 else "down"
                 item["comment"] = body.comment
             elif row.name in fields and row.kind == "verdict":

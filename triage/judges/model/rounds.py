@@ -1,5 +1,5 @@
 """Batch mode for the night (`triage feedback --batch`): the model judge's calls gathered into rounds
-of the Batch API (`judges.batching.BatchRunner`), every call answered once, in a batch or directly.
+of the Batch API (`judges.model.batch.BatchRunner`), every call answered once, in a batch or directly.
 
     collector = BatchCollector(deadline=started + timedelta(seconds=3600))
     judge = LLMJudge(..., batch=collector)         # attaches a runner on the judge's own client
@@ -44,7 +44,7 @@ from typing import Any
 
 from openai.types.chat import ChatCompletion
 
-from triage.judges.batching import MAX_REQUESTS, BatchRunError, BatchRunner, BatchUnsupported
+from triage.judges.model.batch import MAX_REQUESTS, BatchRunError, BatchRunner, BatchUnsupported
 from triage.retry import Clock, current_clock
 
 log = logging.getLogger("triage.judges.batch")

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 from triage.domain.checks import AgentRun, CheckCase, ExpectationCheck, ToolUse
 from triage.domain.kernel import one_line
-from triage.judges import prompts
-from triage.judges.offline_text import FENCE, decline_phrases, fold, specifics, squash, without_code
+from triage.judges import guard
+from triage.judges.offline.text import FENCE, fold, specifics, squash
 
 #: how much of a quote, a claim or a URL list an evidence string carries
 EVIDENCE_CHARS = 240
@@ -234,7 +234,7 @@ def quote(text: str) -> str:
 def answer_findings(run: AgentRun, question: str | None = None) -> list[str]:
     """The injection guard's findings in every untrusted text a check reads: the question (when
     given), the answer, the sources, the retrieved passages and the tool calls' arguments, with the
-    triage judge's patterns and the check judge's own (`prompts.check_injection_findings`)."""
+    triage judge's patterns and the check judge's own (`guard.check_injection_findings`)."""
     fields: list[tuple[str, str | None]] = [("question", question), ("answer", run.answer)]
     fields += [(f"source {n}", url) for n, url in enumerate(run.sources, start=1)]
     fields += [
@@ -243,7 +243,7 @@ def answer_findings(run: AgentRun, question: str | None = None) -> list[str]:
     for n, call in enumerate(run.tool_calls or [], start=1):
         said = {"tool": call.name, "collection": call.collection, "arguments": call.args}
         fields.append((f"tool call T{n}", json.dumps(said, ensure_ascii=False, default=str)))
-    return prompts.check_injection_findings(fields)
+    return guard.check_injection_findings(fields)
 
 
 def guarded(
@@ -294,93 +294,10 @@ def no_answer(case: CheckCase, run: AgentRun) -> list[ExpectationCheck] | None:
 # documentation indique que ... ne ... pas") is what they do say. Kept here, not in the shared lists,
 # so the nightly judge's figures are untouched.
 
-#: what the agent read, per language (German, French, Spanish, Portuguese, Italian)
-_READ_DE = (
-    r"(?:dokumentation|doku|docs|unterlagen|seiten?|quellen?|passagen?|(?:such)?ergebnisse?|abschnitte?"
-    r"|anleitung|handbuch)"
-)
-_READ_ROMANCE = (
-    r"(?:documentation|doc|docs|documentaci[óo]n|documenta[çc][ãa]o|documentazione|pages?|p[áa]ginas?|pagine"
-    r"|sources?|fuentes|fontes|fonti|passages?|pasajes|trechos|fragmentos|extraits?|r[ée]sultats?|resultados?"
-    r"|risultati|guide|gu[íi]as?|guias?)"
-)
-#: a clause the sentence reports ("indique que", "dice que", "sagt, dass"): what the docs do say
-_NO_REPORT = r"(?:(?!\b(?:que|qu['’]|dass|che|laut|selon|seg[úu]n|segundo)\b)[^.!?。！？])"
-_OTHER_LANGUAGE_DECLINES = [
-    # German: "die Doku erwähnt das nicht", "in der Dokumentation steht dazu nichts", "keine Angaben"
-    rf"\b{_READ_DE}\b{_NO_REPORT}{{0,60}}?\b(?:nicht|nichts|keine?n?|nirgends|nirgendwo)\b{_NO_REPORT}{{0,40}}?"
-    r"(?:erw[äa]hn\w*|beschrieb\w*|beschreib\w*|dokumentier\w*|behandel\w*|abgedeckt|deck\w*|erkl[äa]r\w*"
-    r"|aufgef[üu]hrt|angegeben|steh\w*|enth[äa]lt|enthalten|nenn\w*|geh\w* \w+ ein|eingegangen|beantwort\w*)",
-    rf"\b{_READ_DE}\b{_NO_REPORT}{{0,80}}?\b(?:erw[äa]hn\w*|beschreib\w*|behandel\w*|deck\w*|erkl[äa]r\w*|nenn\w*"
-    rf"|sag\w*|enth[äa]lt|enthalten|geh\w*|spricht|sprechen|geben|gibt)\b{_NO_REPORT}{{0,30}}?"
-    r"\b(?:nicht|nichts|keine?n?|nirgends)\b",
-    # the verb first: "Das deckt die Dokumentation nicht ab", "Dazu sagt die Doku leider nichts"
-    rf"\b(?:deck\w*|behandel\w*|erw[äa]hn\w*|beschreib\w*|nenn\w*|erkl[äa]r\w*|sag\w*|enth[äa]lt|geh\w*|gib\w*"
-    r"|liefer\w*)"
-    rf"\b{_NO_REPORT}{{0,30}}?\b{_READ_DE}\b{_NO_REPORT}{{0,30}}?\b(?:nicht|nichts|keine?n?|nirgends)\b",
-    r"\b(?:dazu|dar[üu]ber|hierzu|davon)\b[^.!?]{0,50}\b(?:nichts|keine (?:\w+ )?(?:informationen|angaben|hinweise"
-    r"|beschreibung|erw[äa]hnung))\b",
-    r"\bkeine (?:\w+ )?(?:informationen|angaben|hinweise|erw[äa]hnung|beschreibung|dokumentation|antwort|auskunft)\b",
-    # "the page I found does not say": a relative clause of the reader, no report
-    rf"\b{_READ_ROMANCE} (?:que|qu['’]) ?(?:j['’]ai|nous avons|encontr[ée]|encontrei|consult[ée]|revis[ée]|vi)"
-    r"(?: \w+)? (?:ne |n['’]|no |n[ãa]o )(?:\w+ )?(?:pas|rien|\w+)",
-    r"(?:没有|沒有|未)在[^。！？]{0,12}(?:找到|查到|看到)",
-    r"\b(?:nicht|nirgends|nirgendwo) (?:\w+ ){0,3}(?:erw[äa]hnt|beschrieben|dokumentiert|behandelt|abgedeckt"
-    r"|aufgef[üu]hrt|beantwortet)\b",
-    r"\b(?:konnte|kann|habe|hab)\b[^.!?]{0,50}\b(?:nicht|nichts|keine?n?)\b[^.!?]{0,40}"
-    r"\b(?:finden|gefunden|beantworten|best[äa]tigen|sagen)\b",
-    # French: "la documentation ne couvre pas", "la doc n'en parle pas", "aucune information"
-    rf"\b{_READ_ROMANCE}\b{_NO_REPORT}{{0,60}}?(?:\bne\b|\bn['’])(?:en |y |le |la |l['’])?{_NO_REPORT}{{0,30}}?"
-    r"\b(?:pas|rien|aucun\w*|nulle part)\b",
-    r"\bje n['’]ai (?:rien|pas|aucune?)\b[^.!?]{0,30}\b(?:trouv[ée]|information|mention)|\bje ne (?:trouve|vois)"
-    r" (?:pas|rien|aucun)",
-    r"\baucune? (?:\w+ )?(?:information|mention|pr[ée]cision|indication|documentation|r[ée]ponse|r[ée]f[ée]rence)\b",
-    r"\bpas (?:d['’]informations?|de documentation|de mention|d['’]indication)\b",
-    rf"\brien dans (?:la |les |l['’])?{_READ_ROMANCE}\b",
-    r"\bn['’](?:est|sont) (?:pas|nulle part) (?:\w+ )?(?:document[ée]e?s?|d[ée]crite?s?|mentionn[ée]e?s?"
-    r"|couverte?s?|abord[ée]e?s?|trait[ée]e?s?|expliqu[ée]e?s?)\b",
-    r"\bje ne (?:sais|peux) pas (?:\w+ )?(?:dire|r[ée]pondre|confirmer)\b",
-    # Spanish, Portuguese, Italian: "la documentación no cubre", "a documentação não aborda"
-    rf"\b{_READ_ROMANCE}\b{_NO_REPORT}{{0,100}}?\b(?:no|n[ãa]o|non)\b(?: \w+){{0,2}}? (?:lo |la |o |a |ne )?"
-    r"(?:cubre\w*|cobre\w*|copre\w*|trata\w*|tratta\w*|aborda\w*|menciona\w*|describe\w*|descreve\w*|descrive\w*"
-    r"|documenta\w*|explica\w*|spiega\w*|dice\w*|diz\w*|dicono|habla\w*|fala\w*|parla\w*|incluye\w*|inclui\w*"
-    r"|detalla\w*|detalha\w*|especifica\w*|recoge\w*|contempla\w*|dicen|dizem)\b",
-    r"\b(?:no|n[ãa]o|non) (?:encontr[ée]|he encontrado|encontramos|pude encontrar|encontrei|achei"
-    r"|consegui encontrar|ho trovato|hay|h[áa]|tengo|tenho|c['’]?[èe])\b[^.!?]{0,30}"
-    r"\b(?:informaci[óo]n|informa[çc](?:[ãa]o|[õo]es)|informazion[ei]|nada|nulla|documentaci[óo]n"
-    r"|documenta[çc][ãa]o|menci[óo]n|men[çc][ãa]o|menzione|referencia|refer[êe]ncia)\b",
-    r"\b(?:ninguna?|nenhuma?|nessuna?) (?:\w+ )?(?:informaci[óo]n|informa[çc][ãa]o|informazione|menci[óo]n"
-    r"|men[çc][ãa]o|menzione|referencia|refer[êe]ncia|documentaci[óo]n|documenta[çc][ãa]o)\b",
-    r"\b(?:no|n[ãa]o|non) (?:est[áa]n?|aparece[mn]?|viene|vem|[èe]|sono) (?:\w+ ){0,2}(?:documentad|descrit|mencionad"
-    r"|explicad|cubiert|cobert|tratad|documentat|menzionat|descritt)\w*",
-    r"\bnada (?:sobre|acerca|a respeito)\b",
-    r"\b(?:no|n[ãa]o) (?:puedo|podemos|posso|sabr[íi]a|saberia|sei) (?:\w+ )?(?:decir|dizer|confirmar|responder"
-    r"|dar(?:te|le)?|ofrecer(?:te|le)?|oferecer)\b",
-    # Chinese: "文档中没有相关说明", "文档未涉及", "没有找到相关信息"
-    r"(?:文档|文檔|资料|資料|页面|頁面|说明文档|檢索結果|检索结果|搜索结果|搜尋結果|结果|結果)[^。！？]{0,12}?"
-    r"(?:没有|沒有|未|并未|並未|并没有|並沒有|不)[^。！？]{0,6}?"
-    r"(?:提到|提及|说明|說明|描述|记载|記載|涉及|介绍|介紹|覆盖|覆蓋|包含|给出|給出|讲|講|写|寫|谈到|談到|找到)",
-    r"(?:没有|沒有|未)(?:找到|查到|搜到)",
-    r"(?:没有|沒有)(?:相关|相關|有关|有關|具体|具體)?(?:的)?(?:信息|資訊|说明|說明|内容|內容|资料|資料|记载|記載)",
-    r"无法(?:回答|确认|确定|找到)|無法(?:回答|確認|確定|找到)",
-    # Japanese: "ドキュメントには記載がありません", "扱われていません", "情報は見当たりません"
-    r"(?:記載|説明|言及|記述|情報)(?:が|は|も)?(?:ありません|ない(?:です|ため|ので)?|なく|見当たりません"
-    r"|見つかりません|されていません|されておらず)",
-    r"(?:扱われて|触れられて|カバーされて|書かれて|載って|触れて)(?:い)?(?:ません|ない|おらず)",
-    r"(?:分かりません|わかりません|見つけられませんでした|見つかりませんでした|確認できませんでした)",
-]
-_OTHER_LANGUAGE = re.compile("|".join(_OTHER_LANGUAGE_DECLINES), re.IGNORECASE)
 
 
-def other_language_declines(text: str) -> list[str]:
-    """Decline phrases in the other languages users write that the shared lists miss (see above)."""
-    prose = re.sub(r"\s+", " ", without_code(fold(text)).replace("\u2019", "'"))
-    return [m.group(0) for m in _OTHER_LANGUAGE.finditer(prose)]
 
 
-def decline_cues(text: str) -> list[str]:
-    """Every decline phrase of `text`: the shared lists and cues, then the other languages'."""
-    return decline_phrases(text) or other_language_declines(text)
 
 
 # -- pointers: where to look, not an answer ---------------------------------------------------------------

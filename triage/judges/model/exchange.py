@@ -19,7 +19,7 @@ is O(1) in the run.
 `ChatExchange.verified` is the exchange both model judges make: a reply checked in code, one more
 try told which checks failed, then `JudgeRejected`; `model_retry` their retry policy.
 
-Batch mode (`batch`, `judges.batch_rounds`): a call's first attempt is asked through a round of the
+Batch mode (`batch`, `judges.model.rounds`): a call's first attempt is asked through a round of the
 Batch API; what the round does not answer, every retry and a downgrade of the format go directly.
 """
 
@@ -31,19 +31,26 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import openai
+from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
 from triage.domain.kernel import one_line
 from triage.domain.records import Usage
 from triage.errors import ConfigError, JudgeError, JudgeRejected
-from triage.judges import prompts
+from triage.judges.model import prompts
 from triage.retry import Budget, Clock, RetryPolicy
 
-if TYPE_CHECKING:
-    from triage.judges.batch_rounds import BatchCollector
+
+class BatchLane(Protocol):
+    """Where a call's first attempt goes in batch mode (`judges.model.rounds.BatchCollector`): an
+    answer from a round of the Batch API, or None for a call the round left to be asked directly.
+    A port, so this exchange does not import the rounds that import it back."""
+
+    async def ask(self, body: Mapping[str, Any], *, trace_id: str, call: str) -> ChatCompletion | None: ...
+
 
 StructuredMode = Literal["auto", "json_schema", "json_object", "none"]
 _MODES: tuple[Literal["json_schema", "json_object", "none"], ...] = ("json_schema", "json_object", "none")
@@ -64,7 +71,7 @@ class Unusable(Exception):
 
 class Transient(Exception):
     """A failure worth another attempt (throttled, server error, connection), before classification
-    (the Batch API runner, `judges.batching`, retries its requests on it too)."""
+    (the Batch API runner, `judges.model.batch`, retries its requests on it too)."""
 
     def __init__(self, error: openai.APIError) -> None:
         super().__init__(str(error))
@@ -127,7 +134,7 @@ class ChatExchange:
         concurrency: int,
         timeout: float,
         structured: StructuredMode = "auto",
-        batch: BatchCollector | None = None,
+        batch: BatchLane | None = None,
     ) -> None:
         self.model = model
         self.retry = retry

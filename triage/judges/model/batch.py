@@ -50,7 +50,6 @@ unreadable file or line, garbage where a chat completion should be) becomes a `L
 from __future__ import annotations
 
 import json
-import math
 import re
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
@@ -63,9 +62,9 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from triage.domain.kernel import one_line
-from triage.domain.records import BATCH_DISCOUNT
+from triage.domain.records import Tokens
 from triage.errors import JudgeError
-from triage.judges.llm_transport import Transient, short, wait_headers
+from triage.judges.model.exchange import Transient, short, wait_headers
 from triage.retry import Clock, RetryPolicy, async_sleep, current_clock
 
 ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
@@ -169,7 +168,7 @@ class BatchOutcome:
         """Tokens the answered requests used, from each completion's `usage`."""
         total = Tokens()
         for answered in self.answered.values():
-            total = total + Tokens.of(answered.completion)
+            total = total + tokens_of(answered.completion)
         return total
 
     def _settle(self, item: Answered | Left) -> bool:
@@ -751,106 +750,32 @@ def _error_text(code: object, message: object, line: int | None) -> str:
     return one_line(f"{where}{code or 'error'}: {message or 'no message'}", CLIP)
 
 
-# --- what it costs --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tokens:
-    """Tokens of one or more calls; `cached_prompt` is the part of `prompt` the server had cached."""
-
-    prompt: int = 0
-    cached_prompt: int = 0
-    completion: int = 0
-
-    def __add__(self, other: Tokens) -> Tokens:
-        return Tokens(
-            self.prompt + other.prompt,
-            self.cached_prompt + other.cached_prompt,
-            self.completion + other.completion,
-        )
-
-    @classmethod
-    def of(cls, completion: ChatCompletion) -> Tokens:
-        """From a completion's usage (`usage.prompt_tokens_details.cached_tokens` for the cached part)."""
-        usage = completion.usage
-        if usage is None:
-            return cls()
-        details = usage.prompt_tokens_details
-        cached = (details.cached_tokens or 0) if details is not None else 0
-        return cls(usage.prompt_tokens or 0, cached, usage.completion_tokens or 0)
-
-
-@dataclass(frozen=True)
-class Price:
-    """US dollars per million tokens at a provider's standard (direct) rate."""
-
-    input: float
-    output: float
-    #: a cached input token (a prompt-cache hit)
-    cached_input: float
-
-
-@dataclass(frozen=True)
-class Cost:
-    """One amount of tokens priced four ways, in US dollars."""
-
-    direct: float
-    batch: float
-    direct_cached: float
-    batch_cached: float
 
 
 
-#: Figures from ../shared/notes/cost.md ("A night, costed"; gathered 2026-12 from the providers'
-#: public pages; prices change often, so check before quoting them): a large judge at $3 / $15 per
-#: M tokens with cached input at 0.1x (the note's night is costed so: batch with a cached prefix
-#: about $0.0145 a trace), and a small model at $0.15 / $0.60 with cached input at 0.5x (the note:
-#: "0.25-0.5x on older models"). The note gives the price points, not the model names: the names
-#: below are the models sold at those prices as far as this module's author knows (unchecked here).
-PRICES: Mapping[str, Price] = {
-    "gpt-4o-mini": Price(input=0.15, output=0.60, cached_input=0.075),
-    "claude-sonnet-4": Price(input=3.00, output=15.00, cached_input=0.30),
-    "claude-sonnet-4-5": Price(input=3.00, output=15.00, cached_input=0.30),
-}
-
-_SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
 
 
-def price_of(model: str, prices: Mapping[str, Price] = PRICES) -> Price | None:
-    """The price of `model`: by its name, without a provider prefix (`openai/`) or a dated snapshot
-    suffix (`-2024-07-18`, `-20250514`); None when unknown."""
-    name = model.rsplit("/", 1)[-1]
-    return prices.get(name) or prices.get(_SNAPSHOT.sub("", name))
 
 
-#: a cached input token's share of the input price where the model's own is unknown: the careful end
-#: of ../shared/notes/cost.md's range (0.25-0.5x on older models, 0.1x on the gpt-5 family)
-CACHED_SHARE = 0.5
 
 
-def cached_input_price(model: str | None, input_price: float, prices: Mapping[str, Price] = PRICES) -> float:
-    """What a cached input token costs where an input token costs `input_price` (the configured
-    price, per M tokens): the model's own cached share where its price is known, else `CACHED_SHARE`."""
-    price = price_of(model, prices) if model else None
-    share = price.cached_input / price.input if price is not None and price.input > 0 else CACHED_SHARE
-    return input_price * share
 
 
-def cost(model: str, tokens: Tokens, prices: Mapping[str, Price] = PRICES) -> Cost | None:
-    """What `tokens` cost on `model` directly and in a batch, without and with the cached-input
-    price for `tokens.cached_prompt`; None for a model with no known price."""
-    price = price_of(model, prices)
-    if price is None:
-        return None
-    cached = min(max(tokens.cached_prompt, 0), tokens.prompt)
-    output = tokens.completion * price.output
-    plain = (tokens.prompt * price.input + output) / 1e6
-    with_cache = ((tokens.prompt - cached) * price.input + cached * price.cached_input + output) / 1e6
-    if not (math.isfinite(plain) and math.isfinite(with_cache)):
-        return None
-    return Cost(
-        direct=plain,
-        batch=plain * BATCH_DISCOUNT,
-        direct_cached=with_cache,
-        batch_cached=with_cache * BATCH_DISCOUNT,
-    )
+
+
+
+
+
+
+
+
+
+
+def tokens_of(completion: ChatCompletion) -> Tokens:
+    """A completion's tokens (`usage.prompt_tokens_details.cached_tokens` for the cached part)."""
+    usage = completion.usage
+    if usage is None:
+        return Tokens()
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    return Tokens(usage.prompt_tokens or 0, cached, usage.completion_tokens or 0)

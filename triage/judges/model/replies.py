@@ -40,7 +40,7 @@ from triage.domain.kernel import TextMemo
 from triage.domain.records import Confidence, Evidence, Facts, Passage, Trace
 from triage.domain.rule import component_from_sources
 from triage.errors import JudgeError
-from triage.judges import prompts
+from triage.judges.model import prompts
 from triage.reading.passages import excerpt, most_relevant
 
 # Field caps (characters). They bound the prompt (about 8k tokens for a typical trace) and stop a

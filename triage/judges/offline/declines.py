@@ -1,14 +1,4 @@
-"""Words, stems and specifics: the string machinery the offline judge's signals share.
-
-Everything here is language-neutral string work (no model, no word lists beyond English stopwords):
-words are cut at identifier boundaries as well as spaces, so `min_trials_required` also yields
-`min`, `trial`, `required`; stems come from a light suffix stripper, so `reused`, `reusing` and
-`reuse` meet, and a compound is stemmed whole as well (`SparkApplications` meets `SparkApplication`,
-`KServe` meets `kserve`); invisible format characters (zero-width spaces, bidi marks) are removed before
-comparing words, but kept where exact strings are compared (grounding), and words are compared in NFKC
-form (full-width `ＫＦＰ` meets `KFP`).
-
-Decline phrases: the answer declares the topic not covered (or says it could not find it).
+"""Declines: an answer that says the topic is not covered, or that it could not find it.
 
 English first, then the languages users of a docs agent commonly write in (Spanish, Portuguese,
 French, German, Italian, Dutch, Swedish, Polish, Czech, Russian, Ukrainian, Turkish, Arabic, Hebrew,
@@ -20,297 +10,17 @@ Phrase lists never end (agents write "the excerpts are silent on", "none of the 
 names what the agent read or searched (`_SOURCE`) and says, in the same breath, that it does not tell
 (`_UNTOLD`: a negation right before a verb of telling or finding, "no mention", "nothing about").
 "The docs say you don't need to restart" names the docs and negates, but not the telling.
+
+Other languages than English are also read by the check judges' patterns (`other_language_declines`,
+`decline_cues`): a decline that names what it read ("laut der Dokumentation ... nicht").
 """
 
 from __future__ import annotations
 
-import math
 import re
-import unicodedata
-from collections import Counter
-from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-from triage.domain.kernel import TextMemo
-
-STOPWORDS = frozenset(
-    """a about above after again all also am an and any are as at be been before being below between both but by
-    can cannot could did do does doing done don down during each even ever every few for from further get gets
-    getting got had has have having he her here hers him his how however i if in into is it its itself just
-    let like make makes many may me might more most much must my need needs no nor not now of off on once only or
-    other our out over own per please really same see set she should show so some still such than that the their
-    them then there these they this those through to too try trying under until up upon us use used using very
-    want wants was way we well were what when where whether which while who whom why will with within without
-    would yes yet you your yours thing things something anything work works working there's it's i'm don't
-    doesn't isn't aren't can't won't didn't wasn't weren't hasn't haven't hadn't shouldn't couldn't wouldn't
-    via etc e.g i.e one two our ours able""".split()
-)
-#: words are cut at apostrophes, so a contraction's head (`doesn` of `doesn't`) is what meets the list
-STOPWORDS |= frozenset(w.split("'")[0] for w in STOPWORDS if "'" in w)
-
-_WORD = re.compile(r"[^\W_](?:[\w.\-/]*[^\W_])?")
-#: an identifier's parts: runs of capitals, a capital and its lower-case run, digits. An accented
-#: letter (or any other non-ASCII one) is a lower-case letter here, so `configuración` is one part,
-#: not `configuraci` + `ó` + `n`; Latin-1 capitals (`É`, `Ü`) start a part as A-Z do
-_UPPER = "A-Z\u00c0-\u00d6\u00d8-\u00de"
-_LOWER = rf"[^\W\d_{_UPPER}]"
-_SUBWORD = re.compile(rf"[A-Z]{{2,}}s(?!{_LOWER})|[{_UPPER}]+(?!{_LOWER})|[{_UPPER}]?{_LOWER}+|[0-9]+")
-#: a run of letters: what `looks_english` counts as a word
-_TOKEN = re.compile(r"[^\W\d_]+", re.UNICODE)
-#: an acronym's plural (`GPUs`, `APIs`, `CRDs`): the lower-case `s` is the plural, not a word of its own
-_ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
-#: a Japanese, Chinese or Korean character; a run of them with their punctuation
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u3000-\u303f\uff01-\uff0f\uff1a-\uff20]+")
-
-#: a URL ends where CJK text or punctuation begins (`https://.../を参照`, `https://...。`): Japanese and
-#: Chinese put no space after it
-_URL = re.compile(r"https?://[^\s<>()\[\]`'\"\u3000-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]+")
-#: a command-line flag (`--max-trial-count`), not a Markdown rule or an em dash
-_FLAG = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
-#: an inline code span
-_CODE = re.compile(r"`([^`\n]+)`")
-#: a fenced code block: its opening line (the info string after the fence), its body, and the closing
-#: fence of the same kind (or the end of the text, for a block left open)
-FENCE = re.compile(r"^ *(```|~~~)[^\n]*(?:\n(.*?))?(?:^ *\1|\Z)", re.DOTALL | re.MULTILINE)
-#: the extensions of the files answers and docs name (`profile.yaml`, `train.py`)
-FILE_EXTENSIONS = r"(?:ya?ml|json|py|ipynb|sh|txt|toml|cfg|conf|ini|env|md)"
-_IDENT = re.compile(
-    r"(?<![\w./-])(?:[A-Za-z_][\w-]*(?:[._/][A-Za-z0-9_-]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+_[A-Za-z0-9_]+"
-    r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)"
-)
-#: Markdown emphasis with underscores (`__Manage Contributors__`, `_Note_`): the underscores are
-#: markup, not part of an identifier. A lower-case single word (`__init__`) is a Python dunder
-_EMPHASIS = re.compile(r"(?<!\w)(__?)(?=[^\s_])([^\n]*?[^\s_])\1(?!\w)")
-#: ... and a dunder whose underscores are its name
-_DUNDER = re.compile(r"__[a-z][a-z0-9_]*__")
-#: an abbreviation with points (`e.g.`), no identifier
-_ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|vs|a\.k\.a|cf)\.?$", re.IGNORECASE)
-#: a unit symbol (`GiB`, `MiB`, `GHz`) looks like a CamelCase identifier but names no setting: "5 GiB"
-#: restates a passage's `5Gi`, and its number is what is checked
-_UNIT = re.compile(r"^(?:[KMGTPE]i?B|[KMGTPE]i|[kMGT]Hz|[KMGT]bps)$")
-
-
-def _standing_alone(number: str) -> re.Pattern[str]:
-    """`number` with no word character or point on either side (`1.9` is not in `v1.9.0`)."""
-    return re.compile(rf"(?<![\w.]){number}(?!\w|\.\w)")
-
-
-#: a number with its unit (`5Gi`, `30s`, `80%`), a version (`v1.9.0`), a number of two digits or more
-_QUANTITY = _standing_alone(r"\d+(?:\.\d+)?(?:[KMGT]i|[KMGT]B|ms|[mkKMGsh%])")
-_VERSION = _standing_alone(r"v?\d+\.\d+(?:\.\d+)*")
-_NUMBER = _standing_alone(r"\d{2,}")
-#: a number with thousands separators (`1,000`, `10,000,000`) is one number, not `1` and `000`
-GROUPED_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,]|\.\w)")
-
-
-def strip_invisible(text: str) -> str:
-    """`text` without format characters (zero-width spaces and joiners, bidi controls)."""
-    if text.isascii():
-        return text
-    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-
-
-def plain(text: str) -> str:
-    """`text` without invisible characters, a typographic apostrophe as a straight one (`isn’t`):
-    patterns spell contractions with `'`."""
-    return strip_invisible(text).replace("\u2019", "'")
-
-
-def fold(text: str) -> str:
-    """`text` without format characters and in NFKC form, for comparing words: full-width letters
-    (`ＫＦＰ`, common in Japanese and Chinese text) and decomposed accents (`e` + U+0301, as macOS
-    writes them) become the ordinary ones."""
-    if text.isascii():
-        return text
-    return unicodedata.normalize("NFKC", strip_invisible(text))
-
-
-def fenced_code(text: str) -> list[str]:
-    """The bodies of the fenced code blocks of `text`."""
-    return [match.group(2) or "" for match in FENCE.finditer(text)]
-
-
-def quotes_code(text: str) -> bool:
-    """`text` holds inline code or a fenced code block."""
-    return bool(_CODE.search(text) or FENCE.search(text))
-
-
-def without_code(text: str) -> str:
-    """`text` with its fenced code blocks and inline code spans as a space each: what is left is prose."""
-    return _CODE.sub(" ", FENCE.sub(" ", text))
-
-
-def _squash(text: str) -> str:
-    """Lower case, runs of whitespace as one space: how strings are compared."""
-    return _SPACES.sub(" ", text).strip().lower()
-
-
-_SPACES = re.compile(r"\s+")
-#: every check squashes the trace's passages again: each text once (bounded: 2,048 results of at
-#: most 8,000 characters)
-squash = TextMemo(_squash, size=2048, max_chars=8_000)
-
-
-def squash_joined(texts: Iterable[str]) -> str:
-    """`squash` of the texts joined by newlines, from each text's own (remembered) squash."""
-    return " ".join(part for part in map(squash, texts) if part)
-
-
-@lru_cache(maxsize=65536)
-def stem(word: str) -> str:
-    """A light suffix stripper: plural, -ing, -ed (-ies and -ied as -y), -ly, a final -e; enough to match
-    word forms."""
-    w = word.lower()
-    if len(w) <= 3 or not w.isalpha():
-        return w
-    if w.endswith(("ies", "ied")) and len(w) > 4:
-        w = w[:-3] + "y"  # specifies, specified -> specify
-    elif w.endswith("sses"):
-        w = w[:-2]
-    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        w = w[:-1]
-    for suffix in ("ing", "ed", "ly"):
-        if w.endswith("eed"):
-            break  # no past tense of a verb in -e (succeed, proceed, speed): the -eed rule below
-        if suffix == "ly" and w.endswith("ply"):
-            break  # a verb in -ply (apply, supply, comply), not an adverb: `apply` is not `app`
-        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
-            w = w[: -len(suffix)]
-            if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
-                w = w[:-1]  # running -> run, stopped -> stop
-            break
-    if w.endswith("eed"):
-        w = w[:-1]  # succeed, succeeded, succeeding -> succee (then succe); agreed -> agree
-    if w.endswith("ie") and len(w) > 4:
-        w = w[:-2] + "y"  # cookie, as its plural cookies -> cooky
-    elif w.endswith("e") and len(w) > 4:
-        w = w[:-1]
-    if w.endswith("ll") and len(w) > 4:
-        w = w[:-1]  # controlled -> control, as install -> instal and labelled -> label (labeled)
-    return w
-
-
-def _stem(token: str) -> str:
-    """`stem` of a token as written: an acronym's plural loses its `s` (`GPUs` meets `GPU`), which
-    the lower-cased word cannot tell from a word in -us or -is (`status`, `analysis`)."""
-    if _ACRONYM_PLURAL.fullmatch(token):
-        return token[:-1].lower()
-    return stem(token.lower())
-
-
-def words(text: str) -> list[str]:
-    """Stemmed content words of `text`, identifiers whole and in parts, stopwords dropped.
-
-    CJK text has no spaces: each CJK character pair counts as a word there, and the words written
-    between CJK characters (`SparkApplicationの設定`) are read as in any other text."""
-    text = fold(text)
-    out: list[str] = []
-    for token in _WORD.findall(text):
-        if not token.isascii() and _CJK.search(token):
-            chars = [c for c in token if _CJK.match(c)]
-            out += [a + b for a, b in zip(chars, chars[1:], strict=False)]
-            out += words(_CJK.sub(" ", token))  # the words between, as in any text: compounds whole
-            continue
-        parts = [p for p in _SUBWORD.findall(token) if p]
-        if _content(token):
-            out.append(_stem(token))
-        if len(parts) > 1:
-            out += [_stem(p) for p in parts if _content(p)]
-    return out
-
-
-def _content(token: str) -> bool:
-    """A content word: no stopword, three letters or more, or a two-letter acronym (`UI`, `ML`) whole
-    or as a part (`AI/ML`, `UI-based`)."""
-    low = token.lower()
-    return low not in STOPWORDS and (len(low) >= 3 or (len(low) == 2 and token.isupper()))
-
-
-def word_set(text: str) -> frozenset[str]:
-    """The set of `words(text)`; remembered, since a trace's passages recur across traces and
-    several checks read the same text."""
-    return _word_sets(text)
-
-
-_word_sets = TextMemo(lambda text: frozenset(words(text)), size=4096)
-
-
-def word_union(texts: Iterable[str]) -> frozenset[str]:
-    """`word_set` of the texts joined by newlines, from each text's own (remembered) set: no word
-    runs across a line break."""
-    return frozenset().union(*(word_set(t) for t in texts))
-
-
-def _unemphasise(match: re.Match[str]) -> str:
-    return match.group(0) if _DUNDER.fullmatch(match.group(0)) else f" {match.group(2)} "
-
-
-def _prose_pair(ident: str) -> bool:
-    """Function words joined by a slash or a point (`and/or`, `on/off`, `in/out`): prose, no identifier."""
-    return all(part.lower() in STOPWORDS for part in re.split(r"[._/]", ident))
-
-
-def specifics(answer: str) -> list[str]:
-    """The checkable specifics of a text (URLs, flags, code spans, identifiers, versions, numbers), in
-    order of appearance, without repeats."""
-    found: list[str] = []
-    without_urls = _URL.sub(" ", answer)
-    found += [u.rstrip(".,;:!?*") for u in _URL.findall(answer)]  # `**https://...**` is bold
-    found += _FLAG.findall(without_urls)
-    found += [c.strip() for c in _CODE.findall(answer)]  # as written, a URL inside too
-    plain = _EMPHASIS.sub(_unemphasise, _CODE.sub(" ", without_urls))
-    if not plain.isascii():
-        plain = _CJK_RUN.sub(r" \g<0> ", plain)  # CJK text is no part of a word: `設定spec.x`, `ポート9090で`
-    found += [i.rstrip(".,;:") for i in _IDENT.findall(plain) if not _prose_pair(i)]
-    found += _VERSION.findall(plain)
-    found += _QUANTITY.findall(plain)
-    found += GROUPED_NUMBER.findall(plain)
-    found += _NUMBER.findall(GROUPED_NUMBER.sub(" ", _VERSION.sub(" ", plain)))
-    return [s for s in dict.fromkeys(found) if s and not _ABBREVIATION.match(s) and not _UNIT.match(s)]
-
-
-class Pool:
-    """Document frequencies over the passages of one trace (retrieved and re-searched): a term's
-    weight is its inverse document frequency there, so words every passage shares count little and
-    a term no passage holds counts most."""
-
-    def __init__(self, texts: Sequence[str]) -> None:
-        self.sets = [word_set(t) for t in texts]
-        self.df: Counter[str] = Counter()
-        for s in self.sets:
-            self.df.update(s)
-        self.n = len(texts)
-
-    def idf(self, term: str) -> float:
-        return math.log((self.n + 1) / (self.df.get(term, 0) + 0.5))
-
-    def holds(self, name: str) -> bool:
-        """Whether some text of the pool holds `name` as one of its words."""
-        return self.df[name] > 0
-
-    def weighted_coverage(self, terms: Iterable[str], have: frozenset[str] | set[str]) -> float:
-        """The share of the terms' total weight that `have` holds (0 when there are no terms)."""
-        terms = set(terms)
-        total = sum(self.idf(t) for t in terms)
-        if total <= 0:
-            return 0.0
-        return sum(self.idf(t) for t in terms if t in have) / total
-
-
-def looks_english(text: str) -> bool:
-    """True when `text` reads as English: enough of its words are English function words."""
-    text = fold(text)
-    # code and URLs are no language: an English sentence around `trainer.kubeflow.org/v1alpha1` is
-    # English (their words count only when nothing else is there)
-    prose = without_code(_URL.sub(" ", text))
-    tokens = [t.lower() for t in _TOKEN.findall(prose)] or [t.lower() for t in _TOKEN.findall(text)]
-    if not tokens:
-        return True
-    if not any(t.isascii() for t in tokens):
-        return False
-    return sum(t in STOPWORDS for t in tokens) / len(tokens) >= 0.15
-
+from triage.judges.offline.text import fold, looks_english, plain, without_code
 
 #: what an agent calls the texts it read. Not "they", "text", "index" or bare "results": "pods restart,
 #: and they don't show logs", "the trial results don't include the metric" are claims
@@ -318,14 +28,22 @@ _DOCS = (
     r"(?:docs|documentation|documents?|pages?|guides?|overview|passages?|search results|sources?|context"
     r"|excerpts?|snippets?|material|articles?)"
 )
+
+
 #: what the texts fail to do
 _TELL_VERBS = (
     "mention|cover|say|describe|document|explain|include|list|show|give|address|specify|state|discuss"
     "|contain|detail|answer|settle|provide|talk about|touch on|go into"
 )
+
+
 _TELL = f"(?:{_TELL_VERBS})"
+
+
 #: "the 5 results", "the four results": a search's, not a trial's
 _COUNT = r"(?:\d+|two|three|four|five|six|seven|eight|nine|ten)"
+
+
 _EN = [
     # "we" as well as "I": agents speak for their team as often as for themselves
     r"\b(?:i|we) (?:do not|don't|dont|didn't|didnt|did not) (?:have|find|see(?! your)|know)\b",
@@ -406,6 +124,8 @@ _EN = [
     r"(?! (?:which|what|whether|if|how)\b[^.,;]{0,40}\byou(?:'re| are)?"
     r" (?:run|use|have|mean|on|installed|deployed|want))",
 ]
+
+
 _OTHER = [
     # Spanish, Portuguese
     r"\bno (?:encontr[ée]|encuentro|he encontrado|pude encontrar|logr[ée] encontrar)\b",
@@ -519,6 +239,7 @@ _OTHER = [
     r"查不到|查无|(?:并|並)(?:没有|沒有)(?:提到|提及|说明|說明)",
 ]
 
+
 DECLINE_PATTERNS = re.compile("|".join(_EN + _OTHER), re.IGNORECASE)
 
 
@@ -534,11 +255,15 @@ _SOURCE = re.compile(
     r"|(?:it|they) (?:covers?|mentions?|describes?|explains?|lists?|says?|shows?|gives?|talks? about|documents?))\b",
     re.IGNORECASE,
 )
+
+
 #: ... and, in a sentence that names them, what the agent fails to do with them
 _TELLING = (
     rf"(?:{_TELL_VERBS}|talk|touch|spell|speak|indicate|clarify|reference|find|found|locate|confirm|tell|determine"
     r"|come across|turn up|dig up)"
 )
+
+
 #: it does not tell: a negation right before a verb of telling or finding, or an absence named
 _UNTOLD = re.compile(
     # "if the ConfigMap is (still) not provided", "it has not been provided", "cannot be found": a
@@ -556,7 +281,11 @@ _UNTOLD = re.compile(
     r"(?:docs|documentation|sources|pages|passages|material|results|context)\b",
     re.IGNORECASE,
 )
+
+
 _SENTENCES = re.compile(r"(?<=[.!?;:])\s+|\s+[—–]\s+")
+
+
 #: reported speech: "the docs say that if the ConfigMap is not provided ...", "per the docs, no data
 #: is lost" tell what the texts do say
 _REPORTED = re.compile(
@@ -615,3 +344,100 @@ def absence_cues(answer: str) -> list[str]:
 
 def declines(answer: str) -> bool:
     return bool(decline_phrases(answer))
+
+
+#: what the agent read, per language (German, French, Spanish, Portuguese, Italian)
+_READ_DE = (
+    r"(?:dokumentation|doku|docs|unterlagen|seiten?|quellen?|passagen?|(?:such)?ergebnisse?|abschnitte?"
+    r"|anleitung|handbuch)"
+)
+
+
+_READ_ROMANCE = (
+    r"(?:documentation|doc|docs|documentaci[óo]n|documenta[çc][ãa]o|documentazione|pages?|p[áa]ginas?|pagine"
+    r"|sources?|fuentes|fontes|fonti|passages?|pasajes|trechos|fragmentos|extraits?|r[ée]sultats?|resultados?"
+    r"|risultati|guide|gu[íi]as?|guias?)"
+)
+
+
+#: a clause the sentence reports ("indique que", "dice que", "sagt, dass"): what the docs do say
+_NO_REPORT = r"(?:(?!\b(?:que|qu['’]|dass|che|laut|selon|seg[úu]n|segundo)\b)[^.!?。！？])"
+
+
+_OTHER_LANGUAGE_DECLINES = [
+    # German: "die Doku erwähnt das nicht", "in der Dokumentation steht dazu nichts", "keine Angaben"
+    rf"\b{_READ_DE}\b{_NO_REPORT}{{0,60}}?\b(?:nicht|nichts|keine?n?|nirgends|nirgendwo)\b{_NO_REPORT}{{0,40}}?"
+    r"(?:erw[äa]hn\w*|beschrieb\w*|beschreib\w*|dokumentier\w*|behandel\w*|abgedeckt|deck\w*|erkl[äa]r\w*"
+    r"|aufgef[üu]hrt|angegeben|steh\w*|enth[äa]lt|enthalten|nenn\w*|geh\w* \w+ ein|eingegangen|beantwort\w*)",
+    rf"\b{_READ_DE}\b{_NO_REPORT}{{0,80}}?\b(?:erw[äa]hn\w*|beschreib\w*|behandel\w*|deck\w*|erkl[äa]r\w*|nenn\w*"
+    rf"|sag\w*|enth[äa]lt|enthalten|geh\w*|spricht|sprechen|geben|gibt)\b{_NO_REPORT}{{0,30}}?"
+    r"\b(?:nicht|nichts|keine?n?|nirgends)\b",
+    # the verb first: "Das deckt die Dokumentation nicht ab", "Dazu sagt die Doku leider nichts"
+    rf"\b(?:deck\w*|behandel\w*|erw[äa]hn\w*|beschreib\w*|nenn\w*|erkl[äa]r\w*|sag\w*|enth[äa]lt|geh\w*|gib\w*"
+    r"|liefer\w*)"
+    rf"\b{_NO_REPORT}{{0,30}}?\b{_READ_DE}\b{_NO_REPORT}{{0,30}}?\b(?:nicht|nichts|keine?n?|nirgends)\b",
+    r"\b(?:dazu|dar[üu]ber|hierzu|davon)\b[^.!?]{0,50}\b(?:nichts|keine (?:\w+ )?(?:informationen|angaben|hinweise"
+    r"|beschreibung|erw[äa]hnung))\b",
+    r"\bkeine (?:\w+ )?(?:informationen|angaben|hinweise|erw[äa]hnung|beschreibung|dokumentation|antwort|auskunft)\b",
+    # "the page I found does not say": a relative clause of the reader, no report
+    rf"\b{_READ_ROMANCE} (?:que|qu['’]) ?(?:j['’]ai|nous avons|encontr[ée]|encontrei|consult[ée]|revis[ée]|vi)"
+    r"(?: \w+)? (?:ne |n['’]|no |n[ãa]o )(?:\w+ )?(?:pas|rien|\w+)",
+    r"(?:没有|沒有|未)在[^。！？]{0,12}(?:找到|查到|看到)",
+    r"\b(?:nicht|nirgends|nirgendwo) (?:\w+ ){0,3}(?:erw[äa]hnt|beschrieben|dokumentiert|behandelt|abgedeckt"
+    r"|aufgef[üu]hrt|beantwortet)\b",
+    r"\b(?:konnte|kann|habe|hab)\b[^.!?]{0,50}\b(?:nicht|nichts|keine?n?)\b[^.!?]{0,40}"
+    r"\b(?:finden|gefunden|beantworten|best[äa]tigen|sagen)\b",
+    # French: "la documentation ne couvre pas", "la doc n'en parle pas", "aucune information"
+    rf"\b{_READ_ROMANCE}\b{_NO_REPORT}{{0,60}}?(?:\bne\b|\bn['’])(?:en |y |le |la |l['’])?{_NO_REPORT}{{0,30}}?"
+    r"\b(?:pas|rien|aucun\w*|nulle part)\b",
+    r"\bje n['’]ai (?:rien|pas|aucune?)\b[^.!?]{0,30}\b(?:trouv[ée]|information|mention)|\bje ne (?:trouve|vois)"
+    r" (?:pas|rien|aucun)",
+    r"\baucune? (?:\w+ )?(?:information|mention|pr[ée]cision|indication|documentation|r[ée]ponse|r[ée]f[ée]rence)\b",
+    r"\bpas (?:d['’]informations?|de documentation|de mention|d['’]indication)\b",
+    rf"\brien dans (?:la |les |l['’])?{_READ_ROMANCE}\b",
+    r"\bn['’](?:est|sont) (?:pas|nulle part) (?:\w+ )?(?:document[ée]e?s?|d[ée]crite?s?|mentionn[ée]e?s?"
+    r"|couverte?s?|abord[ée]e?s?|trait[ée]e?s?|expliqu[ée]e?s?)\b",
+    r"\bje ne (?:sais|peux) pas (?:\w+ )?(?:dire|r[ée]pondre|confirmer)\b",
+    # Spanish, Portuguese, Italian: "la documentación no cubre", "a documentação não aborda"
+    rf"\b{_READ_ROMANCE}\b{_NO_REPORT}{{0,100}}?\b(?:no|n[ãa]o|non)\b(?: \w+){{0,2}}? (?:lo |la |o |a |ne )?"
+    r"(?:cubre\w*|cobre\w*|copre\w*|trata\w*|tratta\w*|aborda\w*|menciona\w*|describe\w*|descreve\w*|descrive\w*"
+    r"|documenta\w*|explica\w*|spiega\w*|dice\w*|diz\w*|dicono|habla\w*|fala\w*|parla\w*|incluye\w*|inclui\w*"
+    r"|detalla\w*|detalha\w*|especifica\w*|recoge\w*|contempla\w*|dicen|dizem)\b",
+    r"\b(?:no|n[ãa]o|non) (?:encontr[ée]|he encontrado|encontramos|pude encontrar|encontrei|achei"
+    r"|consegui encontrar|ho trovato|hay|h[áa]|tengo|tenho|c['’]?[èe])\b[^.!?]{0,30}"
+    r"\b(?:informaci[óo]n|informa[çc](?:[ãa]o|[õo]es)|informazion[ei]|nada|nulla|documentaci[óo]n"
+    r"|documenta[çc][ãa]o|menci[óo]n|men[çc][ãa]o|menzione|referencia|refer[êe]ncia)\b",
+    r"\b(?:ninguna?|nenhuma?|nessuna?) (?:\w+ )?(?:informaci[óo]n|informa[çc][ãa]o|informazione|menci[óo]n"
+    r"|men[çc][ãa]o|menzione|referencia|refer[êe]ncia|documentaci[óo]n|documenta[çc][ãa]o)\b",
+    r"\b(?:no|n[ãa]o|non) (?:est[áa]n?|aparece[mn]?|viene|vem|[èe]|sono) (?:\w+ ){0,2}(?:documentad|descrit|mencionad"
+    r"|explicad|cubiert|cobert|tratad|documentat|menzionat|descritt)\w*",
+    r"\bnada (?:sobre|acerca|a respeito)\b",
+    r"\b(?:no|n[ãa]o) (?:puedo|podemos|posso|sabr[íi]a|saberia|sei) (?:\w+ )?(?:decir|dizer|confirmar|responder"
+    r"|dar(?:te|le)?|ofrecer(?:te|le)?|oferecer)\b",
+    # Chinese: "文档中没有相关说明", "文档未涉及", "没有找到相关信息"
+    r"(?:文档|文檔|资料|資料|页面|頁面|说明文档|檢索結果|检索结果|搜索结果|搜尋結果|结果|結果)[^。！？]{0,12}?"
+    r"(?:没有|沒有|未|并未|並未|并没有|並沒有|不)[^。！？]{0,6}?"
+    r"(?:提到|提及|说明|說明|描述|记载|記載|涉及|介绍|介紹|覆盖|覆蓋|包含|给出|給出|讲|講|写|寫|谈到|談到|找到)",
+    r"(?:没有|沒有|未)(?:找到|查到|搜到)",
+    r"(?:没有|沒有)(?:相关|相關|有关|有關|具体|具體)?(?:的)?(?:信息|資訊|说明|說明|内容|內容|资料|資料|记载|記載)",
+    r"无法(?:回答|确认|确定|找到)|無法(?:回答|確認|確定|找到)",
+    # Japanese: "ドキュメントには記載がありません", "扱われていません", "情報は見当たりません"
+    r"(?:記載|説明|言及|記述|情報)(?:が|は|も)?(?:ありません|ない(?:です|ため|ので)?|なく|見当たりません"
+    r"|見つかりません|されていません|されておらず)",
+    r"(?:扱われて|触れられて|カバーされて|書かれて|載って|触れて)(?:い)?(?:ません|ない|おらず)",
+    r"(?:分かりません|わかりません|見つけられませんでした|見つかりませんでした|確認できませんでした)",
+]
+
+
+_OTHER_LANGUAGE = re.compile("|".join(_OTHER_LANGUAGE_DECLINES), re.IGNORECASE)
+
+
+def other_language_declines(text: str) -> list[str]:
+    """Decline phrases in the other languages users write that the shared lists miss (see above)."""
+    prose = re.sub(r"\s+", " ", without_code(fold(text)).replace("\u2019", "'"))
+    return [m.group(0) for m in _OTHER_LANGUAGE.finditer(prose)]
+
+
+def decline_cues(text: str) -> list[str]:
+    """Every decline phrase of `text`: the shared lists and cues, then the other languages'."""
+    return decline_phrases(text) or other_language_declines(text)
