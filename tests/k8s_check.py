@@ -128,10 +128,18 @@ def _key(doc: Doc) -> tuple[str, str, str]:
     return doc.get("kind", ""), meta.get("namespace", "default"), meta.get("name", "")
 
 
-def _workloads(files: dict[str, list[Doc]]) -> Iterator[tuple[str, Doc, Doc, str]]:
-    """(file, CronJob or Job, its Job spec, name) for every CronJob and Job."""
+#: CronJobs beside the nightly one, each with what it runs: the nightly rules (03:00, its command,
+#: its window, one name across the alternative manifests) are not theirs
+SIDE_JOBS = {"triage-issues-sync": ["triage", "issues", "sync", "--apply"]}
+
+
+def _workloads(files: dict[str, list[Doc]], *, nightly: bool = False) -> Iterator[tuple[str, Doc, Doc, str]]:
+    """(file, CronJob or Job, its Job spec, name) for every CronJob and Job (`nightly`: the side
+    jobs left out)."""
     for file, docs in files.items():
         for doc in docs:
+            if nightly and _key(doc)[2] in SIDE_JOBS:
+                continue
             if doc.get("kind") == "CronJob":
                 yield file, doc, _get(doc, "spec", "jobTemplate", "spec") or {}, _key(doc)[2]
             elif doc.get("kind") == "Job":
@@ -162,7 +170,7 @@ def rule(name: str) -> Callable[[Rule], Rule]:
 
 @rule("cron-schedule")
 def _cron_schedule(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
-    for file, doc, _, name in _workloads(files):
+    for file, doc, _, name in _workloads(files, nightly=True):
         if doc["kind"] != "CronJob":
             continue
         schedule = _get(doc, "spec", "schedule")
@@ -334,11 +342,25 @@ def _image(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
 
 @rule("command")
 def _command(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
-    for file, _, spec, name in _workloads(files):
+    for file, _, spec, name in _workloads(files, nightly=True):
         for c in _containers(spec):
             if c.get("command") != EXPECTED_COMMAND or c.get("args") != EXPECTED_ARGS:
                 got = [*(c.get("command") or []), *(c.get("args") or [])]
                 yield file, name, f"runs {got}, expected {EXPECTED_COMMAND + EXPECTED_ARGS}"
+
+
+@rule("side-jobs")
+def _side_jobs(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
+    """A side job runs what it is for, and starts suspended: an operator turns it on."""
+    for file, doc, spec, name in _workloads(files):
+        if name not in SIDE_JOBS:
+            continue
+        if _get(doc, "spec", "suspend") is not True:
+            yield file, name, "a side job must ship suspended (spec.suspend: true)"
+        for c in _containers(spec):
+            got = [*(c.get("command") or []), *(c.get("args") or [])]
+            if got != SIDE_JOBS[name]:
+                yield file, name, f"runs {got}, expected {SIDE_JOBS[name]}"
 
 
 @rule("references")
@@ -441,7 +463,7 @@ def _window(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
     from triage.settings import load_config  # the project's own loader: the real merge over the defaults
 
     maps = {_key(d)[1:]: d for docs in files.values() for d in docs if d.get("kind") == "ConfigMap"}
-    for file, doc, spec, name in _workloads(files):
+    for file, doc, spec, name in _workloads(files, nightly=True):
         ns = _key(doc)[1]
         pod = _get(spec, "template", "spec") or {}
         for c in _containers(spec):
@@ -483,7 +505,7 @@ def _window(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
 @rule("one-cronjob")
 def _one_cronjob(files: dict[str, list[Doc]]) -> Iterator[tuple[str, str, str]]:
     """The manifests are alternatives: one CronJob name, so applying one replaces the other."""
-    keys = {(file, _key(doc)[1:]) for file, doc, _, _ in _workloads(files) if doc["kind"] == "CronJob"}
+    keys = {(file, _key(doc)[1:]) for file, doc, _, _ in _workloads(files, nightly=True) if doc["kind"] == "CronJob"}
     names = {k for _, k in keys}
     if len(names) > 1:
         for file, k in sorted(keys):

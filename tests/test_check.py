@@ -415,6 +415,39 @@ def test_agent_command_option(tmp_path: Path, store: Path) -> None:
     assert "1 of 1 cases pass" in run.stdout
 
 
+@pytest.mark.slow
+def test_release_records_each_signature_whose_cases_all_pass_as_fixed_in_it(tmp_path: Path, store: Path) -> None:
+    from triage.domain.tracker import latest_states
+
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_SCRIPT % (url("cache"), url("cache")), encoding="utf-8")
+    fill(
+        store,
+        [
+            item("c-cache", "How do I cache?", cite=url("cache"), signature="sig-cache"),
+            item("c-cache-2", "How do I cache steps?", cite=url("cache"), signature="sig-cache"),
+            item("c-other", "How do I scale?", cite=url("scale"), signature="sig-scale"),
+        ],
+    )
+    out = tmp_path / "out.json"
+    command = f"{sys.executable} {script} text"
+    run = invoke(
+        "--agent-command", command, "--judge", "offline", "--max-unchecked", "1", "--release", "2026.12.1",
+        "--output", str(out),
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    data = results(out)
+    # every case of sig-cache passes; sig-scale's is not a pass (it cites the cache page)
+    assert data["release"] == "2026.12.1" and data["fixed"] == ["sig-cache"]
+    assert "Release `2026.12.1`: 1 failure signature fixed in it" in run.stdout
+    with Store(store) as db:
+        rows = db.scores([load_config().scores.signature_state], NOW - timedelta(days=1), NOW + timedelta(days=1))
+    states, bad = latest_states(rows)
+    assert bad == [] and set(states) == {"sig-cache"}
+    assert states["sig-cache"].fixed_in == "2026.12.1" and states["sig-cache"].is_fixed
+    assert states["sig-cache"].fixed_by == data["run_name"]
+
+
 # -- bad items, an empty dataset ------------------------------------------------------------------
 
 

@@ -321,6 +321,18 @@ BROKEN: list[tuple[str, str, Mutation]] = [
     ),
     ("window-coverage", "config file not mounted", lambda d: _container(d)["volumeMounts"].pop(1)),
     ("one-cronjob", "two CronJob names", lambda d: _cron(d, IX)["metadata"].update(name="triage-sharded")),
+    (
+        "side-jobs",
+        "issues sync on by default",
+        lambda d: _doc(d, "CronJob", "triage-issues-sync")["spec"].pop("suspend"),
+    ),
+    (
+        "side-jobs",
+        "issues sync runs the night",
+        lambda d: _doc(d, "CronJob", "triage-issues-sync")["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+            "containers"
+        ][0].update(args=["feedback", "--write"]),
+    ),
 ]
 
 

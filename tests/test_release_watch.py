@@ -290,8 +290,9 @@ def test_langfuse_counts_answers_with_one_metrics_request_validated_against_the_
     # and the conversation a session vote is on
     observations = [json.loads(e.query["filter"][0])[0]["column"] for e in log if "observations" in e.path]
     assert sorted(observations) == ["sessionId", "traceId", "traceId", "traceId"]
-    # the night's whole cost: 800 answers, 220 votes, 100 verdicts
-    assert len(log) == 13
+    # the night's whole cost: 800 answers, 220 votes, 100 verdicts, and the signatures' states (one
+    # read: where each signature began, and what a check found fixed)
+    assert len(log) == 14
     checked = {validate(openapi, entry) for entry in log}
     assert "GET /api/public/v2/metrics 200" in checked and "unvalidated" not in checked
     assert "counted by Langfuse's metrics API (v2)" in logged

@@ -95,7 +95,7 @@ def test_first_seen_is_compared_at_the_resolution_of_the_data() -> None:
     ],
 )
 def test_version_order_is_natural(names: list[str]) -> None:
-    from triage.domain.releases import version_key
+    from triage.domain.kernel import version_key
 
     assert sorted(reversed(names), key=version_key) == names
 

@@ -18,6 +18,7 @@ from triage.settings import Settings, load_settings
 SAMPLE = {"triage_relay_database_url": "postgresql://relay:pw-7f3k@db:5432/relay"}
 KNOWN = {
     "langfuse_secret_key",
+    "github_token",
     "openai_api_key",
     "triage_mcp_token",
     "triage_relay_token",

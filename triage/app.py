@@ -27,10 +27,11 @@ from triage.domain.checks import Agent, CheckJudge, CheckResult
 from triage.domain.config import AgentEndpointConfig, IndexFolder, LangfuseLimits, TriageConfig
 from triage.domain.kernel import Window
 from triage.domain.outcome import RunResult
-from triage.domain.ports import Backend, DatasetRuns, Judge, ReleaseSource, Searcher, TraceSource
+from triage.domain.ports import Backend, DatasetRuns, Judge, ReleaseSource, ScoreReader, Searcher, TraceSource
 from triage.domain.records import Layer, cached_input_price
 from triage.domain.releases import ALPHA, Per, ReleaseWindow
 from triage.domain.review import CALIBRATION_DATASET, CalibrationReport, JudgeMeasure, measure_of
+from triage.domain.tracker import SignatureState, SyncResult
 from triage.domain.votes import ConversationList
 from triage.domain.worklist import DatasetItem, DatasetSink, PromoteResult
 from triage.engine.releases import gather_releases
@@ -44,8 +45,10 @@ from triage.retry import Budget, current_clock
 from triage.search.index import Index
 from triage.search.local import LocalSearcher
 from triage.settings import Settings, agent_environment, load_config
+from triage.sinks.github import GitHubIssues
 from triage.sources.export_file import vote_shift
 from triage.sources.store import Store
+from triage.tracker import SyncOptions, read_states, record_fixes, sync
 
 if TYPE_CHECKING:
     from triage.calibration.evaluate import EvalJob, EvalOptions, EvalSet
@@ -85,6 +88,35 @@ def run_demo(config: TriageConfig, options: RunOptions, store_path: Path) -> Run
                 sources=Sources.of(store), judge=judge, config=config, options=options, setup=setup, searcher=searcher
             )
         )
+
+
+def _sync(backend: Backend, config: TriageConfig, tracker: GitHubIssues | None, options: SyncOptions) -> SyncResult:
+    """`Triage.issues_sync` on one backend: the states, the judges' measures, the plan."""
+    lookback = timedelta(days=config.tracker.lookback_days)
+    states, bad = read_states(
+        backend, config.scores.signature_state, config.review_names(), now=options.now, lookback=lookback
+    )
+    measures: dict[str, float | None] = {}
+
+    def kappa_of(judge: str) -> float | None:
+        if judge not in measures:
+            measure = judge_measure_of(backend, judge)
+            measures[judge] = measure.kappa_low if measure is not None else None
+        return measures[judge]
+
+    result = sync(
+        states, config=config.tracker, kappa_of=kappa_of, tracker=tracker, trace_url=backend.trace_url,
+        options=options, unreadable=bad,
+    )  # fmt: skip
+    result.requests = tracker.requests if tracker is not None else 0
+    return result
+
+
+def _window_states(history: ScoreReader, config: TriageConfig, end: datetime) -> list[SignatureState]:
+    """The signatures' newest states for `triage releases` (unreadable ones are left out there)."""
+    lookback = timedelta(days=config.tracker.lookback_days)
+    review = config.review_names()
+    return list(read_states(history, config.scores.signature_state, review, now=end, lookback=lookback)[0].values())
 
 
 def promote_window(options: PromoteOptions) -> Window:
@@ -310,9 +342,10 @@ class Triage:
         with open_backend(self.settings, self._budget(), reads_only=True, limits=self.limits) as backend:
             if not isinstance(backend, ReleaseSource):  # cannot happen: both backends are one
                 raise ConfigError("this backend cannot count answers per release")
+            states = _window_states(backend, self.config, end)
             shown = gather_releases(
                 backend, backend, backend, self.config, start, end, alpha=options.alpha, per=options.per,
-                gate_pair=options.gate_pair,
+                gate_pair=options.gate_pair, states=states,
             )  # fmt: skip
             log.info(
                 "releases: %d in the window, %d flagged; %d backend requests",
@@ -337,9 +370,40 @@ class Triage:
             with Store(path) as store:
                 shown = gather_releases(
                     store, store, store, config, start, end, alpha=options.alpha, per=options.per,
-                    gate_pair=options.gate_pair,
+                    gate_pair=options.gate_pair, states=_window_states(store, config, end),
                 )  # fmt: skip
         return shown.model_copy(update={"counted_by": "the bundled demo's embedded store (no Langfuse keys, no store)"})
+
+    # -- the owners' trackers -------------------------------------------------------------------
+
+    def issues_sync(self, options: SyncOptions) -> SyncResult:
+        """`triage issues sync`: each signature's newest state into its owner's GitHub issue
+        (`triage.tracker`). A dry run unless `options.apply`; without a token a dry run that
+        assumes no issue exists yet. With neither Langfuse keys nor an embedded store: the bundled
+        demo's signatures (`triage demo --write` in a temporary store), as a dry run."""
+        settings, config = self.settings, self.config
+        token = settings.github_token.get_secret_value() if settings.github_token else None
+        if options.apply and token is None:
+            raise ConfigError("triage issues sync --apply writes to GitHub: set GITHUB_TOKEN (or TRIAGE_GITHUB_TOKEN)")
+        demo = not settings.uses_langfuse and settings.triage_store is None and not default_store_path().exists()
+        if demo and options.apply:
+            raise ConfigError("no Langfuse keys and no embedded store: only a dry run of the demo's signatures")
+        tracker = GitHubIssues(token=token, api_url=config.tracker.api_url) if token else None
+        try:
+            if demo:
+                log.info("issues sync: no Langfuse keys and no embedded store: the bundled demo's signatures",
+                         extra={"event": "issues_demo"})  # fmt: skip
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = Path(tmp) / "demo.sqlite"
+                    demo_config = load_config()
+                    run_demo(demo_config, RunOptions(since_hours=24, write=True, now=options.now), path)
+                    with Store(path) as store:
+                        return _sync(store, demo_config, tracker, options)
+            with open_backend(settings, self._budget(), reads_only=True, limits=self.limits) as backend:
+                return _sync(backend, config, tracker, options)
+        finally:
+            if tracker is not None:
+                tracker.close()
 
     # -- checking a fix: the agent on its regression cases -------------------------------------
 
@@ -378,7 +442,14 @@ class Triage:
                 attempts=config.check.attempts,
                 env=agent_environment(endpoint.env),
             )
-            return _run_check(items, agent, judge, backend, replace(options, target=target), config, traces, budget)
+            result = _run_check(items, agent, judge, backend, replace(options, target=target), config, traces, budget)
+            if request.release is None:
+                return result
+            marked = record_fixes(
+                backend, backend, result, release=request.release, state_name=config.scores.signature_state,
+                lookback=timedelta(days=config.tracker.lookback_days), at=request.now,
+            )  # fmt: skip
+            return result.model_copy(update={"release": request.release, "fixed": marked})
 
     def check_demo(self, request: CheckRequest) -> CheckResult:
         """`triage check` on embedded defaults: a temporary demo store as `triage demo --write` leaves

@@ -102,6 +102,8 @@ class CheckRequest:
     #: the agent, overriding `[agent_endpoint]`: its URL, or a local command (a shell-like line)
     agent_url: str | None = None
     agent_command: str | None = None
+    #: the release the agent under check is: a signature whose cases all pass is recorded fixed in it
+    release: str | None = None
 
 
 @dataclass(frozen=True)

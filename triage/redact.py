@@ -90,6 +90,33 @@ def redact(text: str) -> str:
     return _current(text)
 
 
+# -- what no public tracker may carry ------------------------------------------------------
+
+#: what a public page never shows, beyond `redact`'s secrets: each kind masked with its name, so a
+#: reader still sees that something was there
+_PRIVATE: list[tuple[str, re.Pattern[str]]] = [
+    # user:password@ in a URL (any scheme), before the e-mail rule reads it as an address
+    ("credentials", re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]*@")),
+    ("email", re.compile(r"(?i)\b[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b")),
+    # GitHub tokens (classic, fine-grained, app), AWS access key ids, JSON web tokens
+    ("token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})\b")),
+    ("key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
+    ("token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+]
+
+
+def mask_private(text: str) -> str:
+    """`text` fit for a public tracker: `redact`'s secrets, and e-mail addresses, credentials in
+    URLs, GitHub tokens, cloud keys and JSON web tokens, each masked with its kind."""
+    text = redact(text)
+    for kind, pattern in _PRIVATE:
+        if kind == "credentials":
+            text = pattern.sub(lambda m: f"{m.group(1)}[credentials]@", text)
+        else:
+            text = pattern.sub(f"[{kind}]", text)
+    return text
+
+
 # C0/C1 controls (ESC, BEL, NUL, BS, ...) and the invisible format characters that reorder or hide
 # text (bidi overrides and isolates, zero-width characters, the BOM): a terminal or a Markdown
 # viewer would act on them

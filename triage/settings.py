@@ -98,6 +98,12 @@ class Settings(BaseSettings):
     triage_mcp_token: SecretStr | None = None
     triage_mcp_command: str | None = None
 
+    #: `triage issues sync --apply`: a GitHub token that may write issues in the owners' repositories
+    #: (fine-grained: Issues, read and write); TRIAGE_GITHUB_TOKEN, else GITHUB_TOKEN
+    github_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("TRIAGE_GITHUB_TOKEN", "GITHUB_TOKEN")
+    )
+
     #: `triage relay`: the gateway's bearer token, the key that signs browsers' feedback tokens,
     #: and the relay's own SQLite file (ledger and outbox)
     triage_relay_token: SecretStr | None = None

@@ -17,6 +17,7 @@ import click
 
 from triage import __version__, redact
 from triage.cli.check import check
+from triage.cli.issues import issues
 from triage.cli.nightly import demo, feedback, import_
 from triage.cli.options import app_options, config_option, handle_errors, log_format_option, open_app
 from triage.cli.releases import releases
@@ -104,7 +105,7 @@ def cli() -> None:
     redact.current_format = "text"  # until a command configures its logging
 
 
-COMMANDS = (feedback, demo, import_, index, calibrate, eval_, queue, promote, check, releases, votes, relay)
+COMMANDS = (feedback, demo, import_, index, calibrate, eval_, queue, promote, check, releases, issues, votes, relay)
 for command in COMMANDS:
     cli.add_command(command)
 

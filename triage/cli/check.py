@@ -67,6 +67,13 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Check this local command instead (a shell-like line, run without a shell): the question on its "
     "standard input, its standard output the answer.",
 )
+@click.option(
+    "--release",
+    callback=_not_empty,
+    help="The release the agent under check is: each failure signature whose cases all pass is recorded as "
+    "fixed in it (`triage issues sync` closes its issue; it regresses if it comes back in this release or a "
+    "later one).",
+)
 @file_option("--output", "Also write the results as JSON to this file.")
 @app_options("Configuration file (TOML): [agent_endpoint], [check], tools. Default: TRIAGE_CONFIG, else built-in.")
 def check(
@@ -79,6 +86,7 @@ def check(
     max_unchecked: float | None,
     agent_url: str | None,
     agent_command: str | None,
+    release: str | None,
     output: Path | None,
     config_path: Path | None,
     log_format: str | None,
@@ -104,6 +112,7 @@ def check(
         max_unchecked=max_unchecked,
         agent_url=agent_url,
         agent_command=agent_command,
+        release=release,
     )
     result = app.check(request)
     if output is not None:

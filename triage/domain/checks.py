@@ -491,6 +491,10 @@ class CheckResult(_Model):
     stopped: bool = False
     usage: Usage = Field(default_factory=Usage)
     seconds: float = 0.0
+    #: `--release R`: the release checked, and the signatures this run found fixed in it (every case
+    #: of each passed), recorded with their state (`triage issues sync` closes their issues)
+    release: str | None = None
+    fixed: list[str] = Field(default_factory=list)
 
     def count(self, status: Status) -> int:
         return sum(1 for case in self.cases if case.status == status)

@@ -249,6 +249,9 @@ class ScoreNames(_Section):
     component: str = "triage_component"
     #: written by triage, CATEGORICAL: the failure signature (`triage.domain.worklist`)
     signature: str = "triage_signature"
+    #: written by triage, CATEGORICAL on a signature's own trace id: its life across releases
+    #: (`triage.domain.tracker.SignatureState`; the nightly job and `triage check --release`)
+    signature_state: str = "triage_signature_state"
 
 
 class CalibrationConfig(_Section):
@@ -418,6 +421,35 @@ class CheckConfig(_Section):
     trace_wait_seconds: float = Field(default=60.0, ge=0)
 
 
+class TrackerConfig(_Section):
+    """`[tracker]`: `triage issues sync`, one GitHub issue per failure signature in its owner's
+    repository (`triage.domain.tracker`)."""
+
+    #: the owners whose repositories the sync may write to (an owner not listed stays a draft)
+    allow: list[str] = Field(default_factory=list)
+    #: owner -> repository (`owner/name`) where they differ; by default the owner itself
+    repositories: dict[str, str] = Field(default_factory=dict)
+    #: labels every issue carries; the first one is how the sync lists its issues again
+    labels: list[str] = Field(default_factory=lambda: ["triage"], min_length=1)
+    #: a signature qualifies for an issue at this many failures (its nights together) ...
+    min_count: int = Field(default=3, ge=1)
+    #: ... or this share of a night's failures (0: not by share) ...
+    min_share: float = Field(default=0.0, ge=0, le=1)
+    #: ... or when it is escalating (tonight's share above the nights before, beyond chance)
+    on_escalating: bool = True
+    #: the one-sided test's level for escalating
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    #: the trust gate for verdicts neither sure nor confirmed: the judge's last `triage calibrate
+    #: --write` kappa lower bound must reach this
+    min_kappa: float = Field(default=0.6, ge=-1, le=1)
+    #: how far back a signature's states are read
+    lookback_days: float = Field(default=90.0, gt=0, le=366)
+    #: users' comments in an issue (off: a public tracker gets none)
+    include_comments: bool = False
+    #: GitHub's API (GitHub Enterprise: https://HOST/api/v3)
+    api_url: str = "https://api.github.com"
+
+
 @dataclass(frozen=True)
 class LangfuseLimits:
     """Requests an organisation may make of Langfuse, per API group (None: no limit kept)."""
@@ -477,6 +509,7 @@ class TriageConfig(_Section):
     #: `triage check`: the agent (None: none configured) and the run
     agent_endpoint: AgentEndpointConfig | None = None
     check: CheckConfig = Field(default_factory=CheckConfig)
+    tracker: TrackerConfig = Field(default_factory=TrackerConfig)
     langfuse: LangfuseConfig = Field(default_factory=LangfuseConfig)
 
     @model_validator(mode="after")

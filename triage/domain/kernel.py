@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -210,3 +211,24 @@ class TextMemo(Generic[T]):
         with self._lock:
             self._seen.clear()
             self.hits = self.misses = 0
+
+
+#: a name's parts: a run of digits, a run of letters (with the `-`, `~` or digit before it, which
+#: makes it a pre-release: `1.0.0-rc.1`, `1.0a1`), or anything else (separators, ignored)
+_VERSION_PART = re.compile(r"(\d+)|((?<=\d)[A-Za-z]+|[-~][A-Za-z]+)|([A-Za-z]+)|[^\dA-Za-z]")
+
+
+def version_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    """A release name's place in version order: numbers compared as numbers (`2026.9` before
+    `2026.10`, `v1.9.0` before `v1.10.0`), a pre-release before its release (`1.0.0-rc.2` before
+    `1.0.0-rc.10` before `1.0.0`), text by its letters; separators do not count."""
+    key: list[tuple[int, int, str]] = []
+    for number, pre, text in (m.groups() for m in _VERSION_PART.finditer(name)):
+        if number is not None:
+            key.append((2, int(number), ""))
+        elif pre is not None:
+            key.append((0, 0, pre.lstrip("-~").lower()))
+        elif text is not None:
+            key.append((3, 0, text.lower()))
+    key.append((1, 0, ""))  # the end: after a pre-release part, before any more numbers
+    return tuple(key)

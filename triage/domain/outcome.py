@@ -14,6 +14,7 @@ from triage.domain.kernel import one_line
 from triage.domain.records import Layer, Undecided, Usage
 from triage.domain.releases import ReleaseWindow
 from triage.domain.review import JudgeMeasure
+from triage.domain.tracker import SignatureState
 from triage.domain.worklist import Worklist
 from triage.errors import ExitCode
 
@@ -112,6 +113,8 @@ class RunResult:
     shard: Shard = field(default_factory=Shard)
     #: signatures and the trend over the previous nights; None when the history could not be read
     worklist: Worklist | None = None
+    #: tonight's state of each signature seen tonight (its releases, escalation, fix), by id
+    signature_states: dict[str, SignatureState] = field(default_factory=dict)
     signatures_written: int = 0
     #: the releases of tonight and the nights before, each against the one before it; None when
     #: the answers carry no release (or they could not be read)

@@ -43,7 +43,6 @@ The figures, and why these (the statistics themselves, shared with calibration, 
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,8 +60,10 @@ from pydantic import (
     model_validator,
 )
 
+from triage.domain.kernel import version_key
 from triage.domain.records import Layer
 from triage.domain.stats import fisher_greater, holm, min_p_value, wilson
+from triage.domain.tracker import SignatureState
 from triage.errors import ExitCode
 
 #: the default level of the flag and the gate: the family-wise false-alarm rate per release pair
@@ -279,27 +280,10 @@ def from_rows(rows: Iterable[TraceRow]) -> ReleaseRows:
     return tally.result()
 
 
-#: a name's parts: a run of digits, a run of letters (with the `-`, `~` or digit before it, which
-#: makes it a pre-release: `1.0.0-rc.1`, `1.0a1`), or anything else (separators, ignored)
-_VERSION_PART = re.compile(r"(\d+)|((?<=\d)[A-Za-z]+|[-~][A-Za-z]+)|([A-Za-z]+)|[^\dA-Za-z]")
 #: a bucket's origin: a Monday at midnight UTC, where hour, day and week buckets all begin
 _BUCKET_ORIGIN = datetime(1970, 1, 5, tzinfo=UTC)
 
 
-def version_key(name: str) -> tuple[tuple[int, int, str], ...]:
-    """A release name's place in version order: numbers compared as numbers (`2026.9` before
-    `2026.10`, `v1.9.0` before `v1.10.0`), a pre-release before its release (`1.0.0-rc.2` before
-    `1.0.0-rc.10` before `1.0.0`), text by its letters; separators do not count."""
-    key: list[tuple[int, int, str]] = []
-    for number, pre, text in (m.groups() for m in _VERSION_PART.finditer(name)):
-        if number is not None:
-            key.append((2, int(number), ""))
-        elif pre is not None:
-            key.append((0, 0, pre.lstrip("-~").lower()))
-        elif text is not None:
-            key.append((3, 0, text.lower()))
-    key.append((1, 0, ""))  # the end: after a pre-release part, before any more numbers
-    return tuple(key)
 
 
 def _seen_bucket(seen: datetime, resolution: timedelta) -> datetime:
@@ -656,6 +640,9 @@ class ReleaseWindow(_Model):
     gate: Gate | None = None
     #: what was read but not counted, and why (votes on answers from before the window, ...)
     notes: list[str] = Field(default_factory=list)
+    #: the failure signatures whose life touches the window's releases: first seen in one, fixed in
+    #: one by a check run, or regressed in one (`domain.tracker.SignatureState`)
+    signatures: list[SignatureState] = Field(default_factory=list)
 
     @property
     def exit_code(self) -> ExitCode:

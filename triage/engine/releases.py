@@ -37,6 +37,7 @@ from triage.domain.releases import (
 )
 from triage.domain.rule import owners as rule_owners
 from triage.domain.scores import JobScoreNames, current_scores
+from triage.domain.tracker import SignatureState
 from triage.domain.votes import rated_trace
 from triage.errors import SourceError, UsageError
 
@@ -90,6 +91,7 @@ def _count_voted(
     end: datetime,
     tonight: Sequence[Entry],
     components: dict[Layer, set[str]],
+    placed: dict[str, str | None] | None = None,
 ) -> tuple[ReleaseRows, int, int]:
     """The window's votes and verdicts counted per release (`ReleaseTally`), one trace at a time:
     the votes and the job's scores are read in trace order (a `ReadsInTraceOrder` source sorts them
@@ -137,10 +139,13 @@ def _count_voted(
     )
     tally = ReleaseTally()
     outside = 0
+    tonight_ids = {e.trace_id for e in tonight}
 
     def count(chunk: list[tuple[str, list[Vote | Verdict]]]) -> None:
         nonlocal outside
         places = source.trace_places([trace_id for trace_id, _ in chunk])
+        if placed is not None:  # tonight's answers' releases, for their signatures' states
+            placed.update((t, p.release) for t, p in places.items() if t in tonight_ids)
         for trace_id, said in chunk:
             place = places.get(trace_id)
             if place is not None and not start <= place.start < end:
@@ -187,6 +192,8 @@ def gather_releases(
     alpha: float = ALPHA,
     per: Per = "answers",
     gate_pair: tuple[str, str] | None = None,
+    states: Sequence[SignatureState] = (),
+    placed: dict[str, str | None] | None = None,
 ) -> ReleaseWindow:
     """The releases of the answers started in [start, end), each against the one before it
     (`domain.releases.watch`); with `gate_pair` (candidate, baseline), the release gate between
@@ -205,7 +212,9 @@ def gather_releases(
     counts: list[ReleaseCounts] = []
     components: dict[Layer, set[str]] = {}
     if answers.releases:
-        read, outside, unplaced = _count_voted(source, traces, scores, config, start, end, tonight, components)
+        read, outside, unplaced = _count_voted(
+            source, traces, scores, config, start, end, tonight, components, placed
+        )
         counts = merge_answers(answers.releases, read.releases, answers.resolution)
         if outside:
             notes.append(f"{outside} votes on answers that started before the window (or are unknown): not counted")
@@ -244,9 +253,14 @@ def gather_releases(
         if candidate == baseline:
             raise UsageError(f"--candidate and --baseline name the same release ({candidate!r})")
         gated = gate(by_name[candidate], by_name[baseline], alpha, per=per, owners=owners_of)
+    named = {r.release for r in watched.releases}
+    lives = sorted(
+        (s for s in states if {s.first_release, s.fixed_in, s.regressed_in} & named),
+        key=lambda s: (not s.has_regressed, s.fixed_in is None, s.signature),
+    )
     return ReleaseWindow(
         start=start, end=end, counted_by=answers.counted_by, unreleased=answers.unreleased,
-        watch=watched, gate=gated, notes=notes,
+        watch=watched, gate=gated, notes=notes, signatures=lives,
     )  # fmt: skip
 
 

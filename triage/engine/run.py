@@ -57,7 +57,7 @@ from triage.domain.votes import TurnPending, rated_trace
 from triage.domain.worklist import NIGHTS
 from triage.engine.releases import gather_releases
 from triage.engine.stream import Flight, Ledger, OutageWait, RunOptions, Stream, VerdictMaker
-from triage.engine.worklist import build_worklist, signature_batches
+from triage.engine.worklist import build_worklist, signature_batches, signature_states
 from triage.errors import ExitCode, SearchError, SourceError
 from triage.retry import Budget, stop_on_sigterm
 from triage.search.local import Researcher
@@ -401,8 +401,11 @@ async def _run(
         marker = await _worklist(sources, result, config, options, marker)
     if marker is not None:  # no signature batch carried it
         await _mark(sources, marker)
+    placed: dict[str, str | None] = {}  # tonight's answers' releases, read by the release watch
     if sources.history is not None and sources.releases is not None and not stop.is_set():
-        await _releases(sources, result, config, options)
+        await _releases(sources, result, config, options, placed)
+    if options.write and result.worklist is not None and sources.history is not None and not stop.is_set():
+        await _write_states(sources, result, config, placed)
     result.usage = judge.usage
     if setup.measure is not None:  # after the run, as the report's last read
         result.judge_measure = await asyncio.to_thread(setup.measure, judge.name)
@@ -469,6 +472,30 @@ async def _worklist(
     return None
 
 
+async def _write_states(
+    sources: Sources, result: RunResult, config: TriageConfig, placed: dict[str, str | None]
+) -> None:
+    """Tonight's state of each signature seen tonight (`engine.worklist.signature_states`), its
+    members' releases as the release watch read them (no read of its own), written after the run's
+    verdicts and signatures. A failure costs the states, never the verdicts or the signatures."""
+    assert sources.history is not None and result.worklist is not None
+    try:
+        states = await asyncio.to_thread(
+            signature_states, sources.history, placed, result.worklist, result.entries, result, config
+        )
+        if not states:
+            return
+        result.signature_states = {state.signature: state for state in states}
+        bodies = [state.score(config.scores.signature_state) for state in states]
+        outcome = await asyncio.to_thread(sources.scores.write_scores, bodies)
+    except SourceError as ex:
+        log.warning("no signature states tonight: %s", ex, extra={"event": "states_unavailable"})
+        return
+    if outcome.failed:
+        log.warning("%d signature states not confirmed (the next night writes them): %s", len(outcome.failed),
+                    next(iter(outcome.failed.values())), extra={"event": "states_not_written"})  # fmt: skip
+
+
 async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: TriageConfig) -> set[str]:
     """The traces the rule's current version has a verdict on: reads of `TRIAGED_PER_READ` ids, a
     few at once (the default thread pool's size), since no judging starts before they are done."""
@@ -482,7 +509,9 @@ async def _already_triaged(scores: ScoreSink, trace_ids: list[str], config: Tria
 # -- the release watch: each release of the window, and each against the one before it ---------
 
 
-async def _releases(sources: Sources, result: RunResult, config: TriageConfig, options: RunOptions) -> None:
+async def _releases(
+    sources: Sources, result: RunResult, config: TriageConfig, options: RunOptions, placed: dict[str, str | None]
+) -> None:
     """The report's Releases section: tonight and the nights before it (as the worklist's trend),
     since a release usually lives for days and is compared with the one before it. A failure here
     costs the section, never the run's verdicts."""
@@ -492,7 +521,7 @@ async def _releases(sources: Sources, result: RunResult, config: TriageConfig, o
     try:
         shown = await asyncio.to_thread(
             gather_releases, sources.releases, sources.traces, sources.history, config, start, result.end,
-            tonight=result.entries,
+            tonight=result.entries, placed=placed,
         )  # fmt: skip
     except SourceError as ex:
         log.warning("no releases tonight: they could not be read: %s", ex, extra={"event": "releases_unavailable"})

@@ -3,7 +3,8 @@ back from the stored signature scores first), the nights counted, the signature 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from triage.domain.config import TriageConfig
@@ -11,9 +12,13 @@ from triage.domain.outcome import Entry, RunResult
 from triage.domain.ports import ScoreReader
 from triage.domain.records import StoredScore
 from triage.domain.scores import ScoreBody, SignatureMeta, score_id
+from triage.domain.tracker import Member as StateMember
+from triage.domain.tracker import SignatureState, latest_states, next_state
 from triage.domain.worklist import NIGHTS, Member, Night, Signature, Worklist, assign
 
 TITLE_CHARS = 120
+
+log = logging.getLogger("triage")
 
 
 def night_of(stamp: datetime, end: datetime, length: timedelta) -> int:
@@ -116,3 +121,62 @@ def signature_batches(
         if writes:
             yield writes
 
+
+def signature_states(
+    history: ScoreReader,
+    releases: Mapping[str, str | None],
+    worklist: Worklist,
+    entries: Sequence[Entry],
+    result: RunResult,
+    config: TriageConfig,
+) -> list[SignatureState]:
+    """Tonight's state of each signature seen tonight (`domain.tracker.next_state`): the newest
+    stored state of each (the `[tracker] lookback_days`) carried forward, tonight's members with
+    the releases of their answers (`releases`: trace id -> release, as the release watch read
+    them). A state that cannot be read is logged and started afresh."""
+    name = config.scores.signature_state
+    lookback = timedelta(days=config.tracker.lookback_days)
+    previous, bad = latest_states(history.scores([name], result.end - lookback, result.end + timedelta(days=1)))
+    for reason in bad[:3]:
+        log.warning("signature state unreadable (started afresh): %s", reason, extra={"event": "state_unreadable"})
+    # a member whose verdict was not written has no signature score: it is not the state's either
+    written = [e for e in entries if e.signature is not None and e.written]
+    by_signature: dict[str, list[Entry]] = {}
+    for entry in written:
+        by_signature.setdefault(entry.signature or "", []).append(entry)
+    totals = [night.total for night in worklist.nights]
+    out = []
+    for sig in worklist.signatures:
+        if sig.id not in by_signature:
+            continue
+        members = [
+            StateMember(
+                trace_id=e.trace_id,
+                question=e.question,
+                start=e.start,
+                release=releases.get(e.trace_id),
+                sure=e.findings.sure,
+                page=e.findings.answer_url,
+                comments=tuple(e.comments),
+            )
+            for e in by_signature.get(sig.id, [])
+        ]
+        owners = list(dict.fromkeys(o for e in by_signature.get(sig.id, []) for o in e.owners))
+        out.append(
+            next_state(
+                previous.get(sig.id),
+                signature=sig.id,
+                layer=sig.layer,
+                component=sig.component,
+                owners=owners or (previous[sig.id].owners if sig.id in previous else []),
+                title=sig.title[:TITLE_CHARS],
+                status=sig.status,
+                nights=[len(sig.nights.get(n, ())) for n in range(NIGHTS + 1)],
+                totals=totals,
+                members=members,
+                at=result.end,
+                judge=result.judge,
+                alpha=config.tracker.alpha,
+            )
+        )
+    return out
