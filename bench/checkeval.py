@@ -12,9 +12,9 @@ in the agent answer format (`agent_reply`: the answer, its sources, its tool cal
 passages with their text loaded from `../shared/corpus` at run time: the set holds corpus paths
 and line ranges, never the text), read by the same function `triage check` reads an agent's reply
 with (`triage.sources.agents.read_reply`), so the judge sees here what it sees there
-(tests/test_agents.py checks both give the same verdict on every pair). The judge decides every expectation the case
-carries; the case's outcome (`CaseResult.outcome_of`: pass, fail, or undecided when one expectation
-is undecided) is compared with the human label.
+(tests/sources/test_agents.py checks both give the same verdict on every pair). The judge decides
+every expectation the case carries; the case's outcome (`CaseResult.outcome_of`: pass, fail, or
+undecided when one expectation is undecided) is compared with the human label.
 
 Figures, per judge and split, in `triage eval`'s style: accuracy over every case (an undecided case
 counts as a miss), Cohen's kappa with its 95% interval (undecided as a third answer the labels never

@@ -9,7 +9,7 @@ own store; then the same night on a fresh store with the search down for `--outa
 starting once a third of the traces' searches are made (every search refused at once, as the
 breakers refuse them), under cronjob.yaml's retry policy emulated: an attempt, and while it
 exits other than 0, another 10 s then 20 s later (backoffLimit 2). Real time, real sleeps: the
-suite's version is tests/test_no_verdict_without_search.py, in virtual time.
+suite's version is tests/engine/test_no_verdict_without_search.py, in virtual time.
 
 Prints: the attempts (exit code, triaged, undecided, seconds), the traces whose layer differs from
 the undisturbed night's (must be 0), the traces left untriaged (must be 0), and the traces the judge

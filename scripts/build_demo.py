@@ -9,7 +9,7 @@ the index holds. Timestamps are fixed (one day); `triage demo` shifts them to th
 
 The specs are data (demo_specs.toml, whose header documents every field) and this script is only the
 building code. Both live outside the package, so the wheel ships the demo data but not its builder; the
-sdist keeps them. tests/test_demo_builder.py rebuilds into a temporary directory and compares the result
+sdist keeps them. tests/cli/test_demo_builder.py rebuilds into a temporary directory and compares the result
 with the shipped files byte for byte, so the data cannot drift from its specs.
 """
 

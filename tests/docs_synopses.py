@@ -5,7 +5,7 @@ comments, so the page says what the command line takes.
 `python -m tests.docs_synopses --write` rewrites the blocks in place, and gives a command of the
 tree that has no section one (its heading and its block); without `--write` it prints the diff and
 exits 1 when a block is stale. A section or a block naming no command of the tree is reported (exit
-1) and left for a person to delete: its prose is theirs. `tests/test_commands_synopses.py` checks
+1) and left for a person to delete: its prose is theirs. `tests/cli/test_commands_synopses.py` checks
 the page is current.
 
 Rendered from the click objects, never from `--help` output: the terminal's width wraps `--help`, and

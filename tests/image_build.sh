@@ -3,7 +3,7 @@
 # a Debian bookworm root made with debootstrap stands in for the base (Debian's python3 3.11 in a
 # venv, so `python` and its pip behave as in the official image), and buildah builds the
 # repository's Dockerfile on it (storage driver vfs, isolation chroot). Needs root, buildah and
-# debootstrap (apt-get install -y buildah debootstrap). tests/test_image.py drives it.
+# debootstrap (apt-get install -y buildah debootstrap). tests/deploy/test_image.py drives it.
 #
 #   tests/image_build.sh base              the stand-in base, built once and then reused (cached)
 #   tests/image_build.sh image [TAG]       base, then `buildah bud` of ./Dockerfile; prints the image id

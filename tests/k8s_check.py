@@ -5,7 +5,7 @@ schedule of `0 27 * * *`, an unknown time zone, a podFailurePolicy with `restart
 a Secret reference to an object that does not exist, and so on. These rules catch that, plus the
 project's own requirements of the nightly run (command line, locked-down Pod, retention).
 
-Used by tests/test_manifests.py; also runnable: `python tests/k8s_check.py cronjob.yaml cronjob-indexed.yaml`
+Used by tests/deploy/test_manifests.py; also runnable: `python tests/k8s_check.py cronjob.yaml cronjob-indexed.yaml`
 (the files are checked as one deployment: references resolve across them).
 """
 

@@ -1,14 +1,17 @@
 """The docs kept in step with the code (#28): the README short, `docs/commands.md` describing every
 command and option of the CLI (and no option the CLI lacks), the exit codes, the settings, the
-relay's statuses and limits, and every relative link resolving.
+relay's statuses and limits, every relative link resolving, and ARCHITECTURE.md's rooms (a row per
+module, the count, the modules past 600 lines or under 60) and its layers (every import contract named).
 
 Built from the click tree, the enums and the models, so a new option, exit code, setting or status
 fails here until the docs say what it does."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from triage.settings import Settings
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 README = REPO / "README.md"
+ARCHITECTURE = REPO / "ARCHITECTURE.md"
 COMMANDS = DOCS / "commands.md"
 OPERATIONS = DOCS / "operations.md"
 RELAY = DOCS / "relay.md"
@@ -39,7 +43,7 @@ SETUP_COMMANDS = (
     "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest -q",
 )
 #: variables the docs may name that `Settings` does not read, and the file that reads each
-NOT_SETTINGS = {"TRIAGE_IMAGE_TEST": REPO / "tests" / "test_image.py"}
+NOT_SETTINGS = {"TRIAGE_IMAGE_TEST": REPO / "tests" / "deploy" / "test_image.py"}
 
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 #: a variable's name, or a family of them (`TRIAGE_MCP_*`)
@@ -54,7 +58,7 @@ CommandPath = tuple[str, ...]
 
 
 def pages() -> list[Path]:
-    return [README, *sorted(DOCS.glob("*.md"))]
+    return [README, ARCHITECTURE, *sorted(DOCS.glob("*.md"))]
 
 
 def parse(path: Path) -> list[Token]:
@@ -450,3 +454,72 @@ def test_every_file_and_name_the_docs_cite_exists(page: Path) -> None:
             assert list(REPO.glob(span.rstrip("/"))), f"{page.name}: `{span}` is no file of the repository"
         elif DOTTED.match(span):
             assert importable(span), f"{page.name}: `{span}` cannot be imported"
+
+
+# -- ARCHITECTURE.md: the rooms as the tree holds them ---------------------------------------------
+
+#: the module size the architecture argues for past (a soft cap), and below which a module holds a
+#: protocol, constants or a package's entry
+SOFT_CAP, FLOOR = 600, 60
+MODULE = re.compile(r"^triage/[\w/]+\.py$")
+
+
+def modules() -> dict[str, int]:
+    """Every module of `triage/` and its lines; a package's `__init__.py` holding nothing but a
+    docstring is a package marker, no module."""
+    found: dict[str, int] = {}
+    for path in sorted((REPO / "triage").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        code = [n for n in ast.parse(text).body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        if path.name == "__init__.py" and not code:
+            continue
+        found[path.relative_to(REPO).as_posix()] = len(text.splitlines())
+    return found
+
+
+def rooms(title: str) -> list[Token]:
+    """The `### title` part of ARCHITECTURE.md's "The rooms"."""
+    found = [body for heading, body in sections(section(ARCHITECTURE, "The rooms"), "h3") if heading == title]
+    assert found, f"ARCHITECTURE.md, The rooms: no part {title!r}"
+    return found[0]
+
+
+def listed_modules(tokens: list[Token]) -> list[str]:
+    """The module each list item names first (`triage/x.py`, its first code span)."""
+    found: list[str] = []
+    for i, token in enumerate(tokens):
+        if token.type == "list_item_open":
+            inline = next(t for t in tokens[i:] if t.type == "inline")
+            spans = [c.content for c in inline.children or [] if c.type == "code_inline"]
+            found.extend(spans[:1] if spans and MODULE.match(spans[0]) else [])
+    return found
+
+
+def test_the_rooms_table_lists_every_module_once() -> None:
+    listed = [re.sub(r"^`|`$", "", row[0]) for row in table_rows(rooms("Modules"))]
+    assert sorted(listed) == sorted(set(listed)), "ARCHITECTURE.md: a module is listed twice"
+    assert sorted(listed) == sorted(modules()), "ARCHITECTURE.md, Modules: one row per module of triage/, no other"
+
+
+def test_the_module_count_is_the_trees() -> None:
+    said = re.findall(r"(\d+) modules", prose(section(ARCHITECTURE, "The rooms")))
+    assert said and {int(n) for n in said} == {len(modules())}, f"ARCHITECTURE.md says {said} modules"
+
+
+def test_every_module_past_the_soft_cap_is_argued_or_listed_to_split() -> None:
+    over = sorted(m for m, n in modules().items() if n > SOFT_CAP)
+    assert sorted(listed_modules(rooms(f"Over {SOFT_CAP} lines"))) == over
+
+
+def test_every_module_under_the_floor_says_what_it_holds() -> None:
+    under = sorted(m for m, n in modules().items() if n < FLOOR)
+    assert sorted(listed_modules(rooms(f"Under {FLOOR} lines"))) == under
+
+
+def test_every_import_contract_is_named_in_the_layers() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    text = " ".join(prose(section(ARCHITECTURE, "The layers")).split())
+    for contract in contracts:
+        name = " ".join(contract["name"].split())
+        assert name in text, f"ARCHITECTURE.md, The layers: the contract {name!r} is not named"

@@ -1,7 +1,7 @@
 """The bodies the relay takes and the answers it gives, as models, and the OpenAPI description
 generated from them (`openapi_document`): the models are the parsers, so the description cannot
 drift from what the server accepts (schemathesis checks the running relay against it:
-tests/test_relay_fuzz.py).
+tests/relay/test_relay_fuzz.py).
 
 Spellings: a chat form (`{"contextId", "turn", "value": "up"|"down", "comment"}`, modelled on the
 Kubeflow docs agent's feedback design; its widget sends no votes yet), triage's own camelCase

@@ -1,4 +1,4 @@
-"""The night's judge calls through the OpenAI Batch API, and what a night costs.
+"""The night's judge calls through the OpenAI Batch API (what a night costs: `domain.records.cost`).
 
     runner = BatchRunner(client, retry=policy)
     outcome = await runner.run({"t1:containment": body, ...}, deadline=cronjob_deadline - margin)
