@@ -80,7 +80,7 @@ async def _accuracy(
 ) -> dict[str, float]:
     from triage.domain.ports import JudgeRequest
     from triage.domain.rule import Undetermined, decide
-    from triage.engine.stream import empty_answer_facts
+    from triage.engine.verdicts import empty_answer_facts
     from triage.judges import heuristic
     from triage.judges.offline import containment as cont
 

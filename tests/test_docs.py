@@ -25,7 +25,7 @@ from pydantic import AliasChoices, AliasPath
 from triage.cli import cli
 from triage.domain.config import RelayConfig
 from triage.errors import ExitCode
-from triage.relay.bodies import STATUSES
+from triage.relay.openapi import STATUSES
 from triage.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -29,7 +29,8 @@ from triage.domain.kernel import Window
 from triage.domain.outcome import RunResult
 from triage.domain.ports import Backend, DatasetRuns, Judge, ReleaseSource, ScoreReader, Searcher, TraceSource
 from triage.domain.records import Layer, cached_input_price
-from triage.domain.releases import ALPHA, Per, ReleaseWindow
+from triage.domain.release_counts import Per
+from triage.domain.releases import ALPHA, ReleaseWindow
 from triage.domain.review import CALIBRATION_DATASET, CalibrationReport, JudgeMeasure, measure_of
 from triage.domain.tracker import SignatureState, SyncResult
 from triage.domain.votes import ConversationList

@@ -24,7 +24,8 @@ from tests.domain.test_release_watch import BASE, NOW, RISE, T0, answer, release
 from tests.doubles.langfuse_server import LangfuseStandIn
 from triage.cli import cli
 from triage.domain.records import Layer
-from triage.domain.releases import ReleaseCounts, watch
+from triage.domain.release_counts import ReleaseCounts
+from triage.domain.releases import watch
 from triage.errors import ExitCode
 from triage.sinks.report import render_releases
 from triage.sources.store import Store
@@ -247,7 +248,7 @@ def test_langfuse_pages_the_window_without_holding_an_object_per_trace(legacy: b
     """Without a metrics API the window's traces are paged: counted a page at a time, and where
     each belongs kept on disk (for `trace_places`), not as an object per trace in memory."""
     from tests.sources.test_langfuse import backend_for
-    from triage.domain.releases import TracePlace
+    from triage.domain.release_counts import TracePlace
 
     records = [*release_records("r1", timedelta(0), BASE, answers=300), answer("none", None, T0)]
     with LangfuseStandIn(records=records, metrics_api=(), legacy=legacy) as srv:

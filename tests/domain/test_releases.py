@@ -16,17 +16,8 @@ import pytest
 from pydantic import ValidationError
 
 from triage.domain.records import Layer
-from triage.domain.releases import (
-    COMPARED_LAYERS,
-    ReleaseCounts,
-    TraceRow,
-    compare,
-    from_rows,
-    gate,
-    rate,
-    release_stats,
-    watch,
-)
+from triage.domain.release_counts import ReleaseCounts, TraceRow, from_rows
+from triage.domain.releases import COMPARED_LAYERS, compare, gate, rate, release_stats, watch
 from triage.domain.stats import fisher_greater, holm, min_p_value, wilson
 
 ROOT = Path(__file__).resolve().parents[2]

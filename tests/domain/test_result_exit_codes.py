@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 from triage.calibration.calibrate import LAYER_CLASSES, agreement, calibrate
 from triage.domain.records import Layer
-from triage.domain.releases import ReleaseCounts, ReleaseWindow, gate, watch
+from triage.domain.release_counts import ReleaseCounts
+from triage.domain.releases import ReleaseWindow, gate, watch
 from triage.domain.review import CalibrationReport, Decision, EvalReport, EvalRun, Label
 from triage.errors import ExitCode
 

@@ -33,7 +33,8 @@ from triage.domain.outcome import RunResult
 from triage.domain.ports import Judge, JudgeRequest, Searcher
 from triage.domain.records import Facts, Passage, ToolCall, Trace, Usage
 from triage.engine.run import RUN_MARKER, Sources, run_feedback
-from triage.engine.stream import OutageWait, RunOptions, needs_research
+from triage.engine.stream import RunOptions
+from triage.engine.verdicts import OutageWait, needs_research
 from triage.errors import ExitCode, SearchError, SearchSuspended
 from triage.judges.heuristic import HeuristicJudge
 from triage.retry import use_clock

@@ -3,9 +3,9 @@ render its result (`triage.sinks`), exit with its code.
 
 The commands, grouped by what they do: `nightly` (feedback, demo, import), `review` (calibrate,
 eval, queue, promote, votes: people and the verdicts), `releases` (the release watch and its
-gate), and here the two long-running servers (`index serve`, the embedded index over MCP; `relay`,
-the feedback service); `options` holds what they share (the options said once, opening the
-application, printing, errors to exit codes).
+gate; `issues sync`, the owners' trackers), and here the two long-running servers (`index
+serve`, the embedded index over MCP; `relay`, the feedback service); `options` holds what they
+share (the options said once, opening the application, printing, errors to exit codes).
 Exit codes are `triage.errors.ExitCode` (the CronJob's contract, documented in docs/operations.md).
 """
 
@@ -17,10 +17,9 @@ import click
 
 from triage import __version__, redact
 from triage.cli.check import check
-from triage.cli.issues import issues
 from triage.cli.nightly import demo, feedback, import_
 from triage.cli.options import app_options, config_option, handle_errors, log_format_option, open_app
-from triage.cli.releases import releases
+from triage.cli.releases import issues, releases
 from triage.cli.review import calibrate, eval_, promote, queue, votes
 from triage.domain.config import IndexFolder
 from triage.errors import ExitCode

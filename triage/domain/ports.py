@@ -38,7 +38,7 @@ from triage.domain.records import (
     Vote,
     WriteOutcome,
 )
-from triage.domain.releases import ReleaseAnswers, TracePlace
+from triage.domain.release_counts import ReleaseAnswers, TracePlace
 from triage.domain.scores import ScoreBody
 from triage.domain.votes import TraceRef, WindowVotes
 from triage.domain.worklist import DatasetWriteOutcome

@@ -23,18 +23,15 @@ from triage.domain.ports import (
     TraceSource,
 )
 from triage.domain.records import Layer, StoredScore, Vote
-from triage.domain.releases import (
-    ALPHA,
+from triage.domain.release_counts import (
     Per,
     ReleaseCounts,
     ReleaseRows,
     ReleaseTally,
-    ReleaseWindow,
     TraceRow,
-    gate,
     merge_answers,
-    watch,
 )
+from triage.domain.releases import ALPHA, ReleaseWindow, gate, watch
 from triage.domain.rule import owners as rule_owners
 from triage.domain.scores import JobScoreNames, current_scores
 from triage.domain.tracker import SignatureState

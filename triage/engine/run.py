@@ -56,7 +56,8 @@ from triage.domain.scores import ScoreBody, score_id
 from triage.domain.votes import TurnPending, rated_trace
 from triage.domain.worklist import NIGHTS
 from triage.engine.releases import gather_releases
-from triage.engine.stream import Flight, Ledger, OutageWait, RunOptions, Stream, VerdictMaker
+from triage.engine.stream import RunOptions, Stream
+from triage.engine.verdicts import Flight, Ledger, OutageWait, VerdictMaker
 from triage.engine.worklist import build_worklist, signature_batches, signature_states
 from triage.errors import ExitCode, SearchError, SourceError
 from triage.retry import Budget, stop_on_sigterm

@@ -38,15 +38,8 @@ from triage.relay.access import (
     is_feedback_token,
     verify_token,
 )
-from triage.relay.bodies import (
-    Answer,
-    decode,
-    openapi_document,
-    parse_answer,
-    parse_feedback,
-    parse_score,
-    parse_target,
-)
+from triage.relay.bodies import Answer, decode, parse_answer, parse_feedback, parse_score, parse_target
+from triage.relay.openapi import openapi_document
 from triage.relay.service import Mode, Relay, end_user
 from triage.relay.web import Cors, Dispatch, Problem, json_response
 

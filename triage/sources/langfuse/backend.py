@@ -65,7 +65,7 @@ from triage.domain.config import LangfuseLimits
 from triage.domain.kernel import iso_ms, parse_time
 from triage.domain.ports import SourceStats
 from triage.domain.records import Observation, StoredScore, UnreadableTrace, WriteOutcome
-from triage.domain.releases import ReleaseAnswers, TracePlace
+from triage.domain.release_counts import ReleaseAnswers, TracePlace
 from triage.domain.scores import ScoreBody
 from triage.domain.votes import TraceRef, WindowVotes
 from triage.domain.worklist import DatasetItem, DatasetWriteOutcome

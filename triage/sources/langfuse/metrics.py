@@ -45,7 +45,7 @@ from urllib.parse import quote
 import pydantic
 
 from triage.domain.kernel import as_utc, iso_z, parse_time
-from triage.domain.releases import ReleaseAnswers, ReleaseCounts, TracePlace
+from triage.domain.release_counts import ReleaseAnswers, ReleaseCounts, TracePlace
 from triage.domain.votes import WindowVotes
 from triage.errors import LangfuseError
 from triage.sources.langfuse.http import HttpStatus, LangfuseHttp, fail, paged
