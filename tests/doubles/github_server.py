@@ -55,10 +55,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+
+from tests.doubles.serving import ThreadedServer
 
 SPEC_PATH = Path(__file__).with_name("github_openapi.json")
 #: the host of the description's `servers`; requests are matched against it when validated
@@ -385,8 +387,7 @@ class GitHubStandIn:
         self.limit = limit
         self.primary_limit_status = primary_limit_status
         self.clock = clock
-        self.host = host
-        self.port = port
+        self._listener = ThreadedServer(host, port, name="github-standin", queue_size=5)
         self.log: list[Exchange] = []
         self._faults: list[Fault] = []
         self._repos: dict[tuple[str, str], Repo] = {}
@@ -394,9 +395,6 @@ class GitHubStandIn:
         self._window_reset: float | None = None
         self._used = 0
         self._lock = threading.RLock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._connections: set[socket.socket] = set()
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -411,50 +409,19 @@ class GitHubStandIn:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def host(self) -> str:
+        return self._listener.host
+
+    @property
+    def port(self) -> int:
+        return self._listener.port
+
     def start(self) -> None:
-        standin = self
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-            def process_request(self, request: Any, client_address: Any) -> None:
-                with standin._lock:
-                    standin._connections.add(request)
-                super().process_request(request, client_address)
-
-            def shutdown_request(self, request: Any) -> None:
-                with standin._lock:
-                    standin._connections.discard(request)
-                super().shutdown_request(request)
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass  # a client that went away is expected here
-
-        self._httpd = Server((self.host, self.port), _make_handler(self))
-        self.port = self._httpd.server_address[1]
-        # a short poll interval: stop() waits for the loop to notice
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, args=(0.02,), name="github-standin", daemon=True
-        )
-        self._thread.start()
+        self._listener.start(_make_handler(self))
 
     def stop(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.server_close()
-        with self._lock:
-            conns = list(self._connections)
-            self._connections.clear()
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._listener.stop()
 
     # ----------------------------------------------------------------- scripting and inspection
 

@@ -58,10 +58,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from tests.doubles.serving import ThreadedServer
 
 MAX_BODY = 1024 * 1024  # Langfuse's body limit for POST /scores
 SCORE_FIELD_GROUPS = {"details", "subject", "annotation"}
@@ -203,8 +205,7 @@ class LangfuseStandIn:
         self.public_key = public_key
         self.secret_key = secret_key
         self.project_id = project_id
-        self.host = host
-        self.port = port
+        self._listener = ThreadedServer(host, port, name="langfuse-standin", queue_size=512)
         self.read_delay = read_delay
         self.latency = latency
         self.legacy = legacy
@@ -243,9 +244,6 @@ class LangfuseStandIn:
         self._restart_at: tuple[int, float] | None = None
         self.log: list[LoggedRequest] = []
 
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._connections: set[socket.socket] = set()
         self.load(records)
 
     # ----------------------------------------------------------------- lifecycle
@@ -270,51 +268,19 @@ class LangfuseStandIn:
             "LANGFUSE_BASE_URL": self.url,
         }
 
+    @property
+    def host(self) -> str:
+        return self._listener.host
+
+    @property
+    def port(self) -> int:
+        return self._listener.port
+
     def start(self) -> None:
-        standin = self
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 512
-            allow_reuse_address = True
-
-            def process_request(self, request: Any, client_address: Any) -> None:
-                with standin._lock:
-                    standin._connections.add(request)
-                super().process_request(request, client_address)
-
-            def shutdown_request(self, request: Any) -> None:
-                with standin._lock:
-                    standin._connections.discard(request)
-                super().shutdown_request(request)
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass  # a client that went away (timeouts, restarts) is expected here
-
-        self._httpd = Server((self.host, self.port), _make_handler(self))
-        self.port = self._httpd.server_address[1]
-        # a short poll interval: stop() and restart() wait for the loop to notice
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, args=(0.02,), name="langfuse-standin", daemon=True
-        )
-        self._thread.start()
+        self._listener.start(_make_handler(self))
 
     def stop(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.server_close()
-        with self._lock:
-            conns = list(self._connections)
-            self._connections.clear()
-        for conn in conns:  # a real restart kills keep-alive connections too
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._listener.stop()
 
     def restart(self, down_seconds: float = 0.0) -> None:
         """Close the listener and every open connection, stay down a while, reopen on the same port."""
