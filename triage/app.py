@@ -32,7 +32,7 @@ from triage.domain.records import Layer, cached_input_price
 from triage.domain.release_counts import Per
 from triage.domain.releases import ALPHA, ReleaseWindow
 from triage.domain.review import CALIBRATION_DATASET, CalibrationReport, JudgeMeasure, measure_of
-from triage.domain.tracker import SignatureState, SyncResult
+from triage.domain.tracker import SignatureState, SyncResult, stored_states
 from triage.domain.votes import ConversationList
 from triage.domain.worklist import DatasetItem, DatasetSink, PromoteResult
 from triage.engine.releases import gather_releases
@@ -116,8 +116,7 @@ def _sync(backend: Backend, config: TriageConfig, tracker: GitHubIssues | None, 
 def _window_states(history: ScoreReader, config: TriageConfig, end: datetime) -> list[SignatureState]:
     """The signatures' newest states for `triage releases` (unreadable ones are left out there)."""
     lookback = timedelta(days=config.tracker.lookback_days)
-    review = config.review_names()
-    return list(read_states(history, config.scores.signature_state, review, now=end, lookback=lookback)[0].values())
+    return list(stored_states(history, config.scores.signature_state, at=end, lookback=lookback)[0].values())
 
 
 def promote_window(options: PromoteOptions) -> Window:

@@ -1,6 +1,6 @@
 """`triage issues sync`: the signatures' newest states into their owners' trackers, one issue each.
 
-The flow: the newest state of each signature (`domain.tracker.latest_states`, from the
+The flow: the newest state of each signature (`domain.tracker.stored_states`, from the
 `[scores] signature_state` scores of the lookback) and the reviewers' confirmations of its traces;
 per signature and owner repository (`[tracker] allow`, `repositories`): the issue looked up by its
 marker, then what to do (`Step`s: create, comment, close, reopen) or why not (`Draft`: below the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -33,8 +33,9 @@ from triage.domain.tracker import (
     events,
     fixed,
     issue_marker,
-    latest_states,
+    marked,
     repository_of,
+    stored_states,
     told_by_body,
     trusted,
 )
@@ -62,7 +63,7 @@ def read_states(
 ) -> tuple[dict[str, SignatureState], list[str]]:
     """The newest state of each signature in the lookback, with each one's reviewer confirmations
     (a `negative` verdict on one of its traces) counted in."""
-    states, bad = latest_states(history.scores([config_name], now - lookback, now + timedelta(days=1)))
+    states, bad = stored_states(history, config_name, at=now, lookback=lookback)
     traces = {t for state in states.values() for t in state.traces}
     if traces:
         rows = history.scores([review.verdict], now - lookback, now + timedelta(days=1))
@@ -88,14 +89,12 @@ def plan(
     listed: dict[str, list[TrackerIssue]] = {}
 
     def held(repo: str, marker: str) -> TrackerIssue | None:
-        """The issue carrying `marker`: each repository's issues listed once a run (the lowest
-        number, should two ever carry it)."""
+        """The issue carrying `marker`: each repository's issues listed once a run."""
         if tracker is None:
             return None
         if repo not in listed:
             listed[repo] = tracker.issues(repo, label)
-        found = [issue for issue in listed[repo] if marker in issue.body]
-        return min(found, key=lambda issue: issue.number) if found else None
+        return marked(listed[repo], marker)
 
     steps: list[Step] = []
     drafts: list[Draft] = []
@@ -157,13 +156,13 @@ def apply(steps: Sequence[Step], tracker: Tracker, labels: Sequence[str]) -> lis
     opened: dict[tuple[str, str], int] = {}
     for step in steps:
         if step.signature in broken:
-            done.append(_with(step, error="skipped: an earlier step of this signature failed"))
+            done.append(replace(step, error="skipped: an earlier step of this signature failed"))
             continue
         try:
             done.append(_write(step, tracker, labels, opened))
         except TriageError as ex:
             broken.add(step.signature)
-            done.append(_with(step, error=redact(str(ex))[:300]))
+            done.append(replace(step, error=redact(str(ex))[:300]))
             log.warning("issues sync: %s %s on %s failed: %s", step.kind, step.signature, step.repo, redact(str(ex)),
                         extra={"event": "issues_step_failed"})  # fmt: skip
     return done
@@ -174,7 +173,7 @@ def _write(step: Step, tracker: Tracker, labels: Sequence[str], opened: dict[tup
     if step.kind == "create":
         issue = tracker.create(step.repo, title=step.title, body=step.body, labels=labels, marker=step.marker)
         opened[(step.repo, step.signature)] = issue.number
-        return _with(step, number=issue.number, url=issue.url)
+        return replace(step, number=issue.number, url=issue.url)
     if number is None:
         raise TriageError(f"no issue to {step.kind} for {step.signature}")
     if step.kind == "comment":
@@ -183,13 +182,7 @@ def _write(step: Step, tracker: Tracker, labels: Sequence[str], opened: dict[tup
     state: Literal["open", "closed"] = "closed" if step.kind == "close" else "open"
     reason: Literal["completed", "reopened"] = "completed" if step.kind == "close" else "reopened"
     issue = tracker.edit(step.repo, number, state=state, state_reason=reason)
-    return _with(step, url=issue.url)
-
-
-def _with(step: Step, **changes: object) -> Step:
-    from dataclasses import replace
-
-    return replace(step, **changes)  # type: ignore[arg-type]
+    return replace(step, url=issue.url)
 
 
 def sync(
@@ -239,7 +232,7 @@ def record_fixes(
     passed = sorted(sig for sig, outcomes in by_signature.items() if all(o == "pass" for o in outcomes))
     if not passed:
         return []
-    states, _ = latest_states(history.scores([state_name], at - lookback, at + timedelta(days=1)))
+    states, _ = stored_states(history, state_name, at=at, lookback=lookback)
     cases = {r.result.case.signature: r.result.case for r in result.cases if r.result.case.signature}
     bodies = []
     for sig in passed:

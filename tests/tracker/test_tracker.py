@@ -118,9 +118,6 @@ class Seen:
     def issues(self, repo: str, label: str) -> list[TrackerIssue]:
         return list(self.held.values())
 
-    def find(self, repo: str, label: str, marker: str) -> TrackerIssue | None:
-        return next((i for i in self.held.values() if marker in i.body), None)
-
     def comments(self, repo: str, number: int) -> list[TrackerComment]:
         return []
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from triage.domain.kernel import iso_z, version_key
+from triage.domain.ports import ScoreReader
 from triage.domain.records import StoredScore
 from triage.domain.scores import ScoreBody, score_id
 from triage.domain.stats import fisher_greater
@@ -135,6 +136,14 @@ def latest_states(rows: Iterable[StoredScore]) -> tuple[dict[str, SignatureState
             continue
         out[state.signature] = state
     return out, bad
+
+
+def stored_states(
+    history: ScoreReader, name: str, *, at: datetime, lookback: timedelta
+) -> tuple[dict[str, SignatureState], list[str]]:
+    """`latest_states` of the `name` scores stored in the `lookback` before `at` (and the day after
+    it: a state is stamped with its night's end)."""
+    return latest_states(history.scores([name], at - lookback, at + timedelta(days=1)))
 
 
 def escalation(nights: Sequence[int], totals: Sequence[int], alpha: float) -> tuple[bool, float | None]:
@@ -320,12 +329,16 @@ class TrackerComment:
     body: str
 
 
+def marked(issues: Iterable[TrackerIssue], marker: str) -> TrackerIssue | None:
+    """The issue whose body carries `marker` (the lowest number, should two ever carry it)."""
+    found = [issue for issue in issues if marker in issue.body]
+    return min(found, key=lambda issue: issue.number) if found else None
+
+
 class Tracker(Protocol):
     """An owner's issue tracker (GitHub's issues: `sinks.github.GitHubIssues`)."""
 
     def issues(self, repo: str, label: str) -> list[TrackerIssue]: ...
-
-    def find(self, repo: str, label: str, marker: str) -> TrackerIssue | None: ...
 
     def create(self, repo: str, *, title: str, body: str, labels: Sequence[str], marker: str) -> TrackerIssue: ...
 

@@ -13,7 +13,7 @@ from triage.domain.ports import ScoreReader
 from triage.domain.records import StoredScore
 from triage.domain.scores import ScoreBody, SignatureMeta, score_id
 from triage.domain.tracker import Member as StateMember
-from triage.domain.tracker import SignatureState, latest_states, next_state
+from triage.domain.tracker import SignatureState, next_state, stored_states
 from triage.domain.worklist import NIGHTS, Member, Night, Signature, Worklist, assign
 
 TITLE_CHARS = 120
@@ -136,7 +136,7 @@ def signature_states(
     them). A state that cannot be read is logged and started afresh."""
     name = config.scores.signature_state
     lookback = timedelta(days=config.tracker.lookback_days)
-    previous, bad = latest_states(history.scores([name], result.end - lookback, result.end + timedelta(days=1)))
+    previous, bad = stored_states(history, name, at=result.end, lookback=lookback)
     for reason in bad[:3]:
         log.warning("signature state unreadable (started afresh): %s", reason, extra={"event": "state_unreadable"})
     # a member whose verdict was not written has no signature score: it is not the state's either

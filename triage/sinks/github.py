@@ -39,7 +39,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 import pydantic
 
-from triage.domain.tracker import TrackerComment, TrackerIssue
+from triage.domain.tracker import TrackerComment, TrackerIssue, marked
 from triage.errors import ConfigError, SourceError
 from triage.redact import Redactor, printable
 from triage.retry import Clock, RetryPolicy, current_clock, retry_after
@@ -243,8 +243,7 @@ class GitHubIssues:
         several do), open or closed; None when there is none."""
         if not marker:
             raise ValueError("an empty marker matches every issue")
-        found = [issue for issue in self.issues(repo, label) if marker in issue.body]
-        return min(found, key=lambda issue: issue.number) if found else None
+        return marked(self.issues(repo, label), marker)
 
     def comments(self, repo: str, number: int) -> list[TrackerComment]:
         """Every comment of issue `number`, oldest first."""
