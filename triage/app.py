@@ -124,6 +124,17 @@ def promote_window(options: PromoteOptions) -> Window:
     return Window.ending(options.now, options.since_hours)
 
 
+@contextmanager
+def demo_store(config: TriageConfig, now: datetime) -> Iterator[Store]:
+    """A temporary embedded store as `triage demo --write` leaves it (the bundled data triaged and
+    written): what `releases`, `check` and `issues sync` show on embedded defaults."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "demo.sqlite"
+        run_demo(config, RunOptions(since_hours=24, write=True, now=now), path)
+        with Store(path) as store:
+            yield store
+
+
 def run_setup(
     options: RunOptions,
     config: TriageConfig,
@@ -334,8 +345,7 @@ class Triage:
         """`triage releases`: each release of the window against the one before it, and the gate
         between two named ones (`engine.releases.gather_releases`). With neither Langfuse keys nor an
         embedded store (TRIAGE_STORE unset, none at the default path): the bundled demo's."""
-        settings = self.settings
-        if not settings.uses_langfuse and settings.triage_store is None and not default_store_path().exists():
+        if self._embedded_defaults:
             return self.releases_demo(options)
         window = Window.ending(options.now, options.since_hours, lag_minutes=self.config.window.lag_minutes)
         start, end = window.start, window.end
@@ -364,14 +374,11 @@ class Triage:
         config = load_config()  # the demo's data fits the built-in configuration
         window = Window.ending(options.now, options.since_hours, lag_minutes=config.window.lag_minutes)
         start, end = window.start, window.end
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "demo.sqlite"
-            run_demo(config, RunOptions(since_hours=24, write=True, now=options.now), path)
-            with Store(path) as store:
-                shown = gather_releases(
-                    store, store, store, config, start, end, alpha=options.alpha, per=options.per,
-                    gate_pair=options.gate_pair, states=_window_states(store, config, end),
-                )  # fmt: skip
+        with demo_store(config, options.now) as store:
+            shown = gather_releases(
+                store, store, store, config, start, end, alpha=options.alpha, per=options.per,
+                gate_pair=options.gate_pair, states=_window_states(store, config, end),
+            )  # fmt: skip
         return shown.model_copy(update={"counted_by": "the bundled demo's embedded store (no Langfuse keys, no store)"})
 
     # -- the owners' trackers -------------------------------------------------------------------
@@ -385,7 +392,7 @@ class Triage:
         token = settings.github_token.get_secret_value() if settings.github_token else None
         if options.apply and token is None:
             raise ConfigError("triage issues sync --apply writes to GitHub: set GITHUB_TOKEN (or TRIAGE_GITHUB_TOKEN)")
-        demo = not settings.uses_langfuse and settings.triage_store is None and not default_store_path().exists()
+        demo = self._embedded_defaults
         if demo and options.apply:
             raise ConfigError("no Langfuse keys and no embedded store: only a dry run of the demo's signatures")
         tracker = GitHubIssues(token=token, api_url=config.tracker.api_url) if token else None
@@ -393,12 +400,9 @@ class Triage:
             if demo:
                 log.info("issues sync: no Langfuse keys and no embedded store: the bundled demo's signatures",
                          extra={"event": "issues_demo"})  # fmt: skip
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = Path(tmp) / "demo.sqlite"
-                    demo_config = load_config()
-                    run_demo(demo_config, RunOptions(since_hours=24, write=True, now=options.now), path)
-                    with Store(path) as store:
-                        return _sync(store, demo_config, tracker, options)
+                demo_config = load_config()  # the demo's data fits the built-in configuration
+                with demo_store(demo_config, options.now) as store:
+                    return _sync(store, demo_config, tracker, options)
             with open_backend(settings, self._budget(), reads_only=True, limits=self.limits) as backend:
                 return _sync(backend, config, tracker, options)
         finally:
@@ -470,18 +474,15 @@ class Triage:
             "with the demo agent",
             extra={"event": "check_demo"},
         )
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "demo.sqlite"
-            run_demo(config, RunOptions(since_hours=24, write=True, now=request.now), path)
-            with Store(path) as store:
-                layers = tuple(layer.value for layer in Layer)
-                cases = PromoteOptions(dataset=options.dataset, layers=layers, now=request.now)
-                promote_from(
-                    store, store, store, config, cases, window=promote_window(cases), target="the demo's embedded store"
-                )
-                agent = DemoAgent(Index.from_folders(demo_index_folders()), config.tools)
-                judge = make_check_judge(request.judge, self.settings, config, self._budget())
-                return _run_check(store.dataset_items(options.dataset), agent, judge, store, options, config, None)
+        with demo_store(config, request.now) as store:
+            layers = tuple(layer.value for layer in Layer)
+            cases = PromoteOptions(dataset=options.dataset, layers=layers, now=request.now)
+            promote_from(
+                store, store, store, config, cases, window=promote_window(cases), target="the demo's embedded store"
+            )
+            agent = DemoAgent(Index.from_folders(demo_index_folders()), config.tools)
+            judge = make_check_judge(request.judge, self.settings, config, self._budget())
+            return _run_check(store.dataset_items(options.dataset), agent, judge, store, options, config, None)
 
     # -- the feedback service ----------------------------------------------------------------
 
@@ -557,6 +558,13 @@ class Triage:
     def limits(self) -> LangfuseLimits:
         """The request budget every Langfuse request of this process keeps to (`[langfuse]`)."""
         return self.config.langfuse.limits()
+
+    @property
+    def _embedded_defaults(self) -> bool:
+        """Neither Langfuse keys nor an embedded store (TRIAGE_STORE unset, none at the default
+        path): the commands that read results show the bundled demo's."""
+        settings = self.settings
+        return not settings.uses_langfuse and settings.triage_store is None and not default_store_path().exists()
 
     def _budget(self) -> Budget:
         return Budget(self.settings.triage_retry_budget_seconds)
