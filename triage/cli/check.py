@@ -20,7 +20,7 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
-@click.command()
+@click.command(epilog=judges.CHECK_JUDGES.epilog())
 @click.option(
     "--dataset",
     callback=_not_empty,
@@ -37,6 +37,7 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--judge",
     "judge_name",
     type=click.Choice(judges.CHECK_JUDGES.names()),
+    metavar="JUDGE",
     help="The check judge. Default: llm when TRIAGE_JUDGE_MODEL is set, else offline (no model).",
 )
 @concurrency_option("Cases asked of the agent at once. Default: [check] concurrency (4).")

@@ -29,7 +29,7 @@ from triage.sinks.report import DEFAULT_MIN_SIZE, RunOutputs, publish_run
 REPORT_FILE_HELP = "Also write the Markdown report to this file."
 
 
-@click.command()
+@click.command(epilog=judges.JUDGES.epilog())
 @window_option(
     24.0, "Window length; it ends 15 minutes before now (data lag) and reaches back a configured overlap."
 )
@@ -41,7 +41,7 @@ REPORT_FILE_HELP = "Also write the Markdown report to this file."
 @click.option(
     "--judge",
     "judge_spec",
-    metavar=judges.JUDGES.metavar(),
+    metavar="JUDGE",
     help="Default: llm when TRIAGE_JUDGE_MODEL is set, else heuristic (offline, no model).",
 )
 @click.option(

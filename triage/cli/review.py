@@ -86,14 +86,15 @@ def calibrate(
     sys.exit(report.exit_code)
 
 
-@click.command(name="eval")
+@click.command(name="eval", epilog=judges.JUDGES.epilog())
 @click.argument("set_dir", metavar="SET_DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
     "--judge",
     "judges",
     multiple=True,
-    metavar="[LABEL=]" + "|".join([*judges.JUDGES, *(k.spec for k in judges.JUDGES.kinds if k.argument)]),
-    help="A judge to run (repeat for several), optionally named (llm-perfect=llm). Default: heuristic and replay.",
+    metavar="[LABEL=]JUDGE",
+    help="A judge to run (repeat for several), optionally named (llm-perfect=llm); replay without a FILE "
+    "replays the labels' own facts. Default: heuristic and replay.",
 )
 @click.option("--split", help="Only the labels of this split (for example dev or test). Default: each, and all.")
 @concurrency_option("Traces judged at once (as many more are searched meanwhile).", default=8)

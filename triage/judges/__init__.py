@@ -58,6 +58,8 @@ class JudgeKind(Generic[J]):
     name: str
     #: builds the judge from the setup and the spec's argument (None when the judge takes none)
     build: Callable[[JudgeSetup, str | None], J]
+    #: what it is, in a line: `--help` lists the family with these (`Family.epilog`)
+    summary: str
     #: what follows `name:` in a spec (`FILE` for `replay:FILE`); None: the judge takes no argument
     argument: str | None = None
 
@@ -93,6 +95,13 @@ class Family(Generic[J]):
     def metavar(self) -> str:
         """`heuristic|llm|cascade|replay:FILE`, for `--judge`'s help."""
         return "|".join(self.specs())
+
+    def epilog(self) -> str:
+        """The family in `--help`, a judge a line (kept unwrapped by click's `\\b`): the one list of
+        the judges a person reads, so a new judge is listed where it is registered."""
+        width = max(len(spec) for spec in self.specs())
+        lines = [f"  {kind.spec:<{width}}  {kind.summary}" for kind in self.kinds]
+        return "\b\n" + f"The {self.title}s (--judge):\n" + "\n".join(lines)
 
     def parse(self, spec: str) -> tuple[JudgeKind[J], str | None]:
         """The judge a spec names and its argument. Raises `ConfigError` for a name not in the
@@ -185,10 +194,10 @@ HEURISTIC, LLM, CASCADE, REPLAY = "heuristic", "llm", "cascade", "replay"
 JUDGES: Family[Judge] = Family(
     title="judge",
     kinds=(
-        JudgeKind(HEURISTIC, _heuristic),
-        JudgeKind(LLM, _llm),
-        JudgeKind(CASCADE, _cascade),
-        JudgeKind(REPLAY, _replay, argument="FILE"),
+        JudgeKind(HEURISTIC, _heuristic, "offline: the trace and the passages, no model"),
+        JudgeKind(LLM, _llm, "the model (TRIAGE_JUDGE_MODEL) decides every fact"),
+        JudgeKind(CASCADE, _cascade, "the model only where the offline checks cannot decide"),
+        JudgeKind(REPLAY, _replay, "recorded facts (--facts-file), no search and no model", argument="FILE"),
     ),
     defaults=(LLM, HEURISTIC),
 )
@@ -221,6 +230,9 @@ OFFLINE = "offline"
 #: every judge `triage check --judge` may name
 CHECK_JUDGES: Family[CheckJudge] = Family(
     title="check judge",
-    kinds=(JudgeKind(OFFLINE, _offline_check), JudgeKind(LLM, _llm_check)),
+    kinds=(
+        JudgeKind(OFFLINE, _offline_check, "no model: what the code can verify, the rest unchecked"),
+        JudgeKind(LLM, _llm_check, "the model, each pass backed by evidence the code verifies"),
+    ),
     defaults=(LLM, OFFLINE),
 )
