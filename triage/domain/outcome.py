@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from triage.domain.kernel import one_line
-from triage.domain.records import Layer, Undecided, Usage
+from triage.domain.records import Layer, Trace, Undecided, Usage, Verdict
 from triage.domain.releases import ReleaseWindow
 from triage.domain.review import JudgeMeasure
 from triage.domain.tracker import SignatureState
@@ -78,6 +78,28 @@ class Entry:
     score_time: datetime | None = None  # the timestamp its scores carry
     environment: str = "default"
     signature: str | None = None
+
+    @classmethod
+    def of(
+        cls, trace: Trace, verdict: Verdict, *, comments: list[str], findings: Findings, score_time: datetime
+    ) -> Entry:
+        """The entry of a triaged trace: what the report keeps of the trace and its verdict, picked
+        here (the engine hands both over whole), so a datum either holds is a field and a line here."""
+        return cls(
+            trace_id=trace.id,
+            layer=verdict.layer,
+            component=verdict.component,
+            owners=verdict.owners,
+            reason=verdict.reason,
+            question=shorten(trace.question),
+            comments=comments,
+            url=trace.url,
+            injection_suspected=verdict.facts.injection_suspected,
+            findings=findings,
+            start=trace.start_time,
+            score_time=score_time,
+            environment=trace.environment,
+        )
 
 
 @dataclass(slots=True)

@@ -276,20 +276,12 @@ class VerdictMaker:
                 + "\n"
             )
         scores = self.scores_for(verdict, trace, votes, sure=path.sure)
-        entry = Entry(
-            trace_id=trace.id,
-            layer=layer,
-            component=component,
-            owners=verdict.owners,
-            reason=reason,
-            question=shorten(trace.question),
+        entry = Entry.of(
+            trace,
+            verdict,
             comments=comments(votes),
-            url=trace.url,
-            injection_suspected=facts.injection_suspected,
             findings=findings(path, trace, searched_again=research is not None, collections=self.config.collections),
-            start=trace.start_time,
             score_time=scores[0].timestamp,
-            environment=trace.environment,
         )
         return entry, scores
 
