@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from triage.domain.config import ReviewNames, TriageConfig
+from triage.domain.config import ReviewNames, TriageConfig, VerdictField
 from triage.domain.kernel import Window, clip
 from triage.domain.kernel import clip as cut
 from triage.domain.ports import ScoreReader, TraceSource
@@ -158,6 +158,15 @@ class _Review:
     newest: datetime | None = None
 
 
+#: the verdict's fields promote reads (`domain.config.VERDICT_FIELD_SPECS`, each a score of the same
+#: name), to the `_Review` attribute that holds it
+_REVIEWED: dict[VerdictField, str] = {
+    "corrected_answer": "correction",
+    "expected_tool_behavior": "expected_tool_behavior",
+    "note": "note",
+}
+
+
 def _text(value: Any) -> str | None:
     return value.strip() if isinstance(value, str) and value.strip() else None
 
@@ -173,12 +182,7 @@ def _gather(
     for score in sorted(scores, key=lambda s: (s.timestamp, s.id)):
         if score.trace_id is None or score.name in (names_.layer, names_.component, names_.signature):
             continue
-        review_field = {
-            names.verdict: "verdict",
-            names.correction: "correction",
-            names.expected_tool_behavior: "expected_tool_behavior",
-            names.note: "note",
-        }.get(score.name)
+        review_field = {names.verdict: "verdict", **_REVIEWED}.get(score.name)
         if review_field is None or score.author is None or is_end_user(score.author):
             continue
         reviewer = normalise_author(score.author)
@@ -241,7 +245,7 @@ def promote_from(
     names = names or ReviewNames.of(config.calibration)
     link = link or traces.trace_url
     start, end = window.start, window.end
-    reviewed = [names.verdict, names.correction, names.expected_tool_behavior, names.note]
+    reviewed = [names.verdict, *_REVIEWED]
     # a triage score is stamped with its trace's start, which may be well before the review
     judged_names = [config.scores.layer, config.scores.component, config.scores.signature]
     judged = source.scores(judged_names, start - TRIAGE_LOOKBACK, end)

@@ -426,3 +426,15 @@ def test_a_mistyped_store_is_named_never_made(tmp_path: Path, dry_run: bool) -> 
     )
     assert result.exit_code == 3, result.output
     assert str(mistyped) in result.output and not mistyped.exists()
+
+
+def test_every_verdict_field_promote_reads_is_one_the_relay_takes_and_a_review_holds() -> None:
+    """Promote names the verdict's fields it reads (`_REVIEWED`); a name the relay does not take
+    (`VERDICT_FIELD_SPECS`) would be asked of the store forever and never found."""
+    from dataclasses import fields
+
+    from triage.domain.config import VERDICT_FIELDS
+    from triage.regression import _REVIEWED, _Review
+
+    assert set(_REVIEWED) <= set(VERDICT_FIELDS)
+    assert set(_REVIEWED.values()) <= {f.name for f in fields(_Review)}

@@ -3,7 +3,7 @@
 Pure data (pydantic models); `triage.settings.load_config` reads them from TOML.
 
 The relay's configuration records (the declared score model, the service's limits) and the
-vocabulary of people's scores, said once: the fields of a reviewer's verdict (`VerdictField`; the
+vocabulary of people's scores, said once: the fields of a reviewer's verdict (`VERDICT_FIELD_SPECS`; the
 verdict's categories, `Verdict`, are in `triage.domain.review`), and `ReviewNames`, the one record
 of the score names people write, which the relay, `triage promote`, `triage calibrate` and
 `triage queue` all read.
@@ -11,8 +11,8 @@ of the score names people write, which the relay, `triage promote`, `triage cali
 Pure data, read from the `[relay]` table of the configuration file. `RelayConfig.problems()`
 lists what makes a model incoherent; `triage relay` refuses to start on any (exit 3).
 
-A new field of a reviewer's verdict is declared here (a name in `VerdictField`, its score in
-`_default_scores`) and accepted in `triage.relay.bodies.FeedbackIn` (its spellings).
+A new field of a reviewer's verdict is declared here, once (`VERDICT_FIELD_SPECS`): the relay's body
+takes it and the built-in score model declares its score from that line.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -30,9 +30,34 @@ from triage.domain.review import VERDICTS, Category, ScoreConfigSpec, config_nam
 from triage.domain.scores import LANGFUSE_TEXT_MAX, DataType
 from triage.errors import ConfigError
 
-#: the fields of a reviewer's verdict besides the verdict itself, each a score of the same name
-VerdictField = Literal["issue_category", "corrected_answer", "expected_tool_behavior", "note"]
-VERDICT_FIELDS: tuple[VerdictField, ...] = get_args(VerdictField)
+#: a field of a reviewer's verdict besides the verdict itself (a name of `VERDICT_FIELD_SPECS`)
+VerdictField = str
+
+
+@dataclass(frozen=True)
+class VerdictFieldSpec:
+    """A field of a reviewer's verdict besides the verdict itself, declared once: the relay's body
+    takes it (under `name` and its camelCase spelling, `relay.bodies`), the built-in score model
+    declares its score (same name), and the OpenAPI description says `description`."""
+
+    name: str
+    data_type: DataType
+    #: the longest value the built-in model takes
+    max_length: int = 500
+    description: str | None = None
+
+
+#: the verdict's fields, in the order the relay writes them: a new field is a line here, then read
+#: where it is used (`triage promote` reads its own by name, `regression._REVIEWED`)
+VERDICT_FIELD_SPECS: tuple[VerdictFieldSpec, ...] = (
+    VerdictFieldSpec(
+        "issue_category", "CATEGORICAL", 64, "wrong_answer, missing_info, wrong_tool, refused, unsafe, ..."
+    ),
+    VerdictFieldSpec("corrected_answer", "CORRECTION", 20_000, "a CORRECTION score (traces only)"),
+    VerdictFieldSpec("expected_tool_behavior", "TEXT"),
+    VerdictFieldSpec("note", "TEXT"),
+)
+VERDICT_FIELDS: tuple[VerdictField, ...] = tuple(spec.name for spec in VERDICT_FIELD_SPECS)
 #: the default of `[scores] vote`, the end users' votes (the relay writes them, the night reads
 #: them); everything else takes the configured name (`ScoreNames.vote`, `ReviewNames.vote`)
 VOTE_SCORE = "user_feedback"
@@ -58,11 +83,6 @@ class ReviewNames:
     layer: str
     #: BOOLEAN, one per judged fact: fact name -> score name
     facts: Mapping[str, str]
-
-    #: the verdict's fields `triage promote` reads by meaning (their names are fixed)
-    correction: ClassVar[VerdictField] = "corrected_answer"  # CORRECTION
-    expected_tool_behavior: ClassVar[VerdictField] = "expected_tool_behavior"
-    note: ClassVar[VerdictField] = "note"
 
     @classmethod
     def of(cls, calibration: CalibrationConfig, scores: ScoreNames | None = None) -> ReviewNames:
@@ -137,10 +157,10 @@ def _default_scores(vote: str | None = None) -> list[DeclaredScore]:
     return [
         DeclaredScore(name=vote or ScoreNames().vote, data_type="BOOLEAN"),
         DeclaredScore(name="verdict", data_type="CATEGORICAL", categories=list(VERDICTS)),
-        DeclaredScore(name="issue_category", data_type="CATEGORICAL", max_length=64),
-        DeclaredScore(name="corrected_answer", data_type="CORRECTION", max_length=20_000),
-        DeclaredScore(name="expected_tool_behavior", data_type="TEXT"),
-        DeclaredScore(name="note", data_type="TEXT"),
+        *(
+            DeclaredScore(name=f.name, data_type=f.data_type, max_length=f.max_length)
+            for f in VERDICT_FIELD_SPECS
+        ),
     ]
 
 

@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -35,12 +35,21 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from triage.domain.config import MAX_SCORE_NAME, VERDICT_FIELDS, CalibrationConfig, RelayConfig, ReviewNames
+from triage.domain.config import (
+    MAX_SCORE_NAME,
+    VERDICT_FIELD_SPECS,
+    VERDICT_FIELDS,
+    CalibrationConfig,
+    RelayConfig,
+    ReviewNames,
+    VerdictFieldSpec,
+)
 from triage.domain.review import VERDICTS, Verdict
 from triage.domain.scores import END_USER, MAX_TURN, normalise_author, parse_turn, unencodable
 from triage.relay.access import answer_key
@@ -314,22 +323,34 @@ def _feedback_schema(schema: dict[str, Any]) -> None:
 _VERDICT = ("verdict", *VERDICT_FIELDS)
 
 
-class _Rating(AnswerRef):
-    """What a feedback body says: a vote and/or a verdict. A field of the verdict is declared in
-    `domain.config.VerdictField` and accepted here, by its spellings."""
+class _Said(AnswerRef):
+    """What a feedback body says besides the verdict's fields: a vote, its comment, the verdict."""
 
     value: Vote = _spelled("value", "rating", description='the vote: up/down, true/false or 1/0; "" or absent for none')
     comment: Comment | None = Field(default=None, description="the vote's comment; alone, a note")
     # its category is checked with the others' lengths known (`_says_something`), as it always was
     verdict: Annotated[Literal[Verdict, ""], SkipValidation, BeforeValidator(_verdict_text)] | None = None
-    issue_category: VerdictText | None = _spelled(
-        "issue_category", "issueCategory", description="wrong_answer, missing_info, wrong_tool, refused, unsafe, ..."
+
+
+def _verdict_field(spec: VerdictFieldSpec) -> tuple[Any, Any]:
+    """A field of the verdict as the body takes it: its name and its camelCase spelling."""
+    camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), spec.name)
+    return VerdictText | None, _spelled(*dict.fromkeys((spec.name, camel)), description=spec.description)
+
+
+# the verdict's fields, one per line of `domain.config.VERDICT_FIELD_SPECS` (declared there once); a
+# type checker sees `_Said` only, and the code reads them by name (`verdict_fields`)
+if TYPE_CHECKING:
+    _WithVerdictFields = _Said
+else:
+    _WithVerdictFields = create_model(
+        "_WithVerdictFields", __base__=_Said, **{spec.name: _verdict_field(spec) for spec in VERDICT_FIELD_SPECS}
     )
-    corrected_answer: VerdictText | None = _spelled(
-        "corrected_answer", "correctedAnswer", description="a CORRECTION score (traces only)"
-    )
-    expected_tool_behavior: VerdictText | None = _spelled("expected_tool_behavior", "expectedToolBehavior")
-    note: VerdictText | None = None
+
+
+class _Rating(_WithVerdictFields):
+    """What a feedback body says: a vote and/or a verdict, the verdict's fields as
+    `domain.config.VERDICT_FIELD_SPECS` declares them."""
 
     @model_validator(mode="after")
     def _says_something(self, info: ValidationInfo) -> Self:
@@ -344,7 +365,8 @@ class _Rating(AnswerRef):
             limit = _limits(info).get("note", DEFAULT_MAX_TEXT)
             if len(self.comment) > limit:
                 raise _refuse(422, f"a comment without a rating is a note: at most {limit}")
-            self.note, self.comment = self.comment, None  # a note without a rating
+            self.note = self.comment  # a note without a rating
+            self.comment = None
         return self
 
     def verdict_fields(self) -> dict[str, str] | None:
@@ -377,12 +399,6 @@ class FeedbackIn(_Rating):
             reviewer=self.reviewer,
             environment=self.environment,
         )
-
-
-# a field of the verdict the domain declares and this body cannot take would fail every verdict:
-# refused here, at import, rather than met as a 500
-if _lacking := sorted(set(VERDICT_FIELDS) - set(_Rating.model_fields)):
-    raise TypeError(f"FeedbackIn takes no {', '.join(_lacking)} (declared in domain.config.VerdictField)")
 
 
 class TargetIn(AnswerRef):
