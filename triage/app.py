@@ -700,9 +700,9 @@ def make_judge(
     budget: Budget | None = None,
     batch: BatchCollector | None = None,
 ) -> Judge:
-    """The judge `spec` names in the registry (`triage.judges.JUDGES`: `heuristic`, `llm`, `cascade`,
-    `replay:FILE`); by default `llm` when a model is configured. `batch`: a model judge asks its
-    calls through this collector (`--batch`)."""
+    """The judge `spec` names in the registry (`triage.judges.JUDGES`); by default the model judge
+    when a model is configured. `batch`: a model judge asks its calls through this collector
+    (`--batch`)."""
     from triage import judges
 
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
@@ -777,8 +777,8 @@ def check_options(
 def make_check_judge(
     name: str | None, settings: Settings, config: TriageConfig, budget: Budget | None = None
 ) -> CheckJudge:
-    """The check judge `name` names (`triage.judges.CHECK_JUDGES`: `offline`, `llm`); by default
-    `llm` when a model is configured, else `offline`."""
+    """The check judge `name` names in `triage.judges.CHECK_JUDGES`; by default the family's model
+    judge when a model is configured, else its offline one."""
     from triage import judges
 
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None

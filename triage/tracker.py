@@ -46,12 +46,6 @@ from triage.sinks.issues import event_comment, issue_body, issue_title
 log = logging.getLogger("triage")
 
 
-
-
-
-
-
-
 @dataclass(frozen=True)
 class SyncOptions:
     now: datetime

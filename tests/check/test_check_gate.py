@@ -538,7 +538,6 @@ def test_langfuse_a_resume_rewrites_an_undecided_result_and_never_a_decided_one(
     assert len(items_written) == 2 and len(scores) == 2  # one item and one score per case, throughout
 
 
-
 def test_an_agent_that_is_no_adapter_returning_a_lone_surrogate_costs_only_its_case() -> None:
     """The adapters read text strictly; an in-process agent (the demo's kind) is checked by the
     runner: its unwritable answer is that case's bad input, the others are judged and written."""

@@ -1716,7 +1716,6 @@ class LangfuseStandIn:
 # --------------------------------------------------------------------------- filter evaluation
 
 
-
 # --------------------------------------------------------------------------- experiments (Langfuse v4)
 
 #: the attributes every span of an experiment item's trace carries (../shared/notes/langfuse.md)

@@ -134,7 +134,6 @@ def test_sigterm_stops_the_relay_within_its_grace_even_with_a_client_that_never_
     assert took < 6, f"took {took:.1f} s to stop"
 
 
-
 def test_a_store_the_relay_cannot_write_is_a_configuration_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

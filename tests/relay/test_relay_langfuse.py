@@ -214,8 +214,6 @@ def test_the_cli_refuses_half_a_langfuse_configuration(monkeypatch: pytest.Monke
     assert result.exit_code == 3 and "LANGFUSE_SECRET_KEY" in result.output
 
 
-
-
 def test_a_failed_delivery_never_brings_back_an_older_vote(tmp_path: Path, standin: LangfuseStandIn) -> None:
     """A vote in flight fails while the voter flips it: the retry of the old one is dropped, not
     delivered after the new one (found by bench/relay.py during an outage)."""

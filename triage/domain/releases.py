@@ -88,32 +88,6 @@ class CompareOptions(TypedDict, total=False):
 # -- what the sources give ---------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # -- what the report needs ---------------------------------------------------------------------
 
 
@@ -369,12 +343,6 @@ def gate(
 
 
 # -- what a source reads, and the window a command or the report shows -------------------------
-
-
-
-
-
-
 
 
 class ReleaseWindow(ReleaseRecord):

@@ -261,6 +261,4 @@ def gather_releases(
     )  # fmt: skip
 
 
-
-
 Verdict = tuple[Layer | None, str | None, str | None]  # a trace's layer, component, signature

@@ -125,18 +125,6 @@ def votes_by_trace(traces: TraceSource, votes: list[Vote], ledger: Ledger) -> di
     return by_trace
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 TRIAGED_PER_READ = 100
 #: signature batches written (and read back) at once: memory stays a few batches whatever the window
 SIGNATURE_WRITES_AT_ONCE = 16

@@ -63,8 +63,6 @@ class RunOptions:
     batch_mode: bool = False
 
 
-
-
 log = logging.getLogger("triage")
 
 
@@ -93,24 +91,6 @@ class Progress:
             round(eta),
             extra={"event": "progress", "done": self.done, "total": self.total},
         )
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 STOPPED = "the run was stopped (SIGTERM) before this trace was triaged"

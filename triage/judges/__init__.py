@@ -6,10 +6,10 @@ judge's name, or `name:ARGUMENT` for a judge that takes one (`replay:FILE`), par
 entry builds its judge from a `JudgeSetup` (the configuration, and the model server's address and key
 that `triage.app` reads from the settings), importing its module only when it is chosen.
 
-The wing has three floors: these thin judges (`heuristic`, `llm`, `cascade`, `replay`,
-`check_offline`, `check_llm`) on top; below them the evidence floor (`offline/`, no model) and the
-model floor (`model/`: the exchange, prompts, replies, the Batch API), which do not import each
-other; below both the injection guard (`guard`). A new judge is a module on the top floor
+The wing has three floors: the thin judges, a module each, on top; below them the evidence floor
+(`offline/`, no model) and the model floor (`model/`: the exchange, prompts, replies, the Batch
+API), which do not import each other; below both the injection guard (`guard`). A new judge is a
+module on the top floor
 implementing its family's port and one entry in its family here.
 """
 

@@ -68,14 +68,6 @@ MAX_QUOTE_CHARS = 600
 MAX_QUOTES = 6
 
 
-
-
-
-
-
-
-
-
 @dataclass
 class _Shown:
     """One call's data: the blocks as the model saw them (quotes are checked against them)."""
@@ -156,40 +148,6 @@ def check_problems(reply: CheckReply, shown: _Shown) -> list[str]:
 
 
 # -- what code verifies of a pass ------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 class LLMCheckJudge:

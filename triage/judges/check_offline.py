@@ -166,40 +166,6 @@ def offline_correction(correction: str, case: CheckCase, run: AgentRun) -> Expec
     )
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def offline_must_not_claim(claims: Sequence[str], case: CheckCase, run: AgentRun) -> ExpectationCheck:
     answer = run.answer or ""
     found = [offline_claim(c, case, answer) for c in claims]
@@ -224,12 +190,6 @@ def offline_must_not_claim(claims: Sequence[str], case: CheckCase, run: AgentRun
         confidence="medium",
         evidence=quote("; ".join(f"{f.claim[:60]!r}: {f.evidence}" for f in found)),
     )
-
-
-
-
-
-
 
 
 def offline_decline(case: CheckCase, run: AgentRun) -> ExpectationCheck:
@@ -310,7 +270,6 @@ def offline_decline(case: CheckCase, run: AgentRun) -> ExpectationCheck:
         confidence="high" if listed else "medium",
         evidence=quote(f'declines ("{phrases[0]}"); every specific it gives is in what it retrieved'),
     )
-
 
 
 # -- answers: the answer answers, it does not decline ---------------------------------------------------

@@ -430,23 +430,3 @@ class HeuristicJudge:
         return guard.flag(facts, steered + others)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -750,27 +750,6 @@ def _error_text(code: object, message: object, line: int | None) -> str:
     return one_line(f"{where}{code or 'error'}: {message or 'no message'}", CLIP)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def tokens_of(completion: ChatCompletion) -> Tokens:
     """A completion's tokens (`usage.prompt_tokens_details.cached_tokens` for the cached part)."""
     usage = completion.usage

@@ -176,23 +176,6 @@ def encode(value: Any) -> str:
 # -- the injection guard -----------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # -- the check judge's guard (`triage check`) ---------------------------------------------------------
 #
 # The check judge (`judges.check_llm`) is asked about expectations, verdicts `pass | fail | unsure`
@@ -200,7 +183,6 @@ def encode(value: Any) -> str:
 # grounding). These patterns are its own, in English and in the common other languages, and its
 # template's tag names are cleaned out of what it is shown (`check_clean`); the triage judge's
 # patterns and `clean` are unchanged (the nightly job reads them).
-
 
 
 def check_clean(text: str, limit: int, nonce: str | None = None) -> str:
@@ -212,9 +194,5 @@ def check_clean(text: str, limit: int, nonce: str | None = None) -> str:
 def check_clean_value(value: Any, limit: int, nonce: str | None = None) -> Any:
     """`check_clean` applied to every string inside a JSON-like value (tool arguments)."""
     return clean_value(value, limit, nonce, check_clean)
-
-
-
-
 
 

@@ -230,7 +230,6 @@ def quote(text: str) -> str:
     return one_line(text, EVIDENCE_CHARS - 40)
 
 
-
 def answer_findings(run: AgentRun, question: str | None = None) -> list[str]:
     """The injection guard's findings in every untrusted text a check reads: the question (when
     given), the answer, the sources, the retrieved passages and the tool calls' arguments, with the
@@ -282,7 +281,6 @@ def no_answer(case: CheckCase, run: AgentRun) -> list[ExpectationCheck] | None:
     return [ExpectationCheck(name=n, passed=None, evidence=quote(why)) for n in case.expected.names()]
 
 
-
 # -- declines in the languages users write, beyond the shared phrase lists ----------------------------
 #
 # `offline_text.decline_phrases` lists phrases, and reads English by cues as well; the other languages
@@ -293,11 +291,6 @@ def no_answer(case: CheckCase, run: AgentRun) -> list[ExpectationCheck] | None:
 # wird nicht unterstützt", "不支持") is a claim, not a decline, and a clause the docs report ("la
 # documentation indique que ... ne ... pas") is what they do say. Kept here, not in the shared lists,
 # so the nightly judge's figures are untouched.
-
-
-
-
-
 
 
 # -- pointers: where to look, not an answer ---------------------------------------------------------------

@@ -56,8 +56,6 @@ def _ungroup(match: re.Match[str]) -> str:
     return match.group(0).replace(",", "")
 
 
-
-
 def answer_text(answer: str) -> str:
     """The answer's prose: a JSON object answer is read for its string values (an agent that leaked
     its structured output still said something), other answers as they are."""
@@ -198,8 +196,6 @@ _FILE_NAME = re.compile(rf"([\w.-]+)\.{FILE_EXTENSIONS}")
 _SEPARATORS = re.compile(r"[-_\s]+")
 
 
-
-
 def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") -> tuple[list[str], int]:
     """Specifics of `answer` in none of the texts seen, and how many were checked."""
     texts = list(seen)
@@ -278,44 +274,6 @@ def unsupported_specifics(answer: str, seen: Iterable[str], question: str = "") 
                 continue  # a documented template filled in: `kubeflow-view` for `kubeflow-<USER_ROLE>`
         missing.append(item)
     return missing, checked
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 #: a span the answer quotes is long enough to name its passage from this many characters on
