@@ -9,8 +9,7 @@ that `triage.app` reads from the settings), importing its module only when it is
 The wing has three floors: the thin judges, a module each, on top; below them the evidence floor
 (`offline/`, no model) and the model floor (`model/`: the exchange, prompts, replies, the Batch
 API), which do not import each other; below both the injection guard (`guard`). A new judge is a
-module on the top floor
-implementing its family's port and one entry in its family here.
+module on the top floor implementing its family's port and one entry in its family here.
 """
 
 from __future__ import annotations
