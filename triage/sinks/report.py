@@ -5,8 +5,9 @@ Markdown comes from jinja2 templates (`templates/`). User text (questions, comme
 is escaped with the `md` filter: it cannot open a heading, a table, a link or HTML. The summary
 lines are our own text, not escaped.
 
-A new report section: its data in `domain.outcome`, its context in `render_report`, its text in
-`templates/report.md.j2`.
+A new report section: its data in `domain.outcome` (a field of `Entry` and its line in `Entry.of`,
+or a property of `RunResult`), its text in `templates/report.md.j2`, which gets the whole `result`;
+`render_report` adds only groupings several sections share.
 """
 
 from __future__ import annotations
