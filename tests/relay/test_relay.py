@@ -3,6 +3,7 @@ votes, verdicts, every operation, every error status, health, metrics, the OpenA
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -16,7 +17,14 @@ import httpx
 import pytest
 import uvicorn
 
-from triage.domain.config import DeclaredScore, RelayConfig, ScoreSource, TriageConfig
+from triage.domain.config import (
+    VERDICT_FIELD_SPECS,
+    DeclaredScore,
+    RelayConfig,
+    ScoreSource,
+    TriageConfig,
+    VerdictFieldSpec,
+)
 from triage.relay.access import issue_token
 from triage.relay.api import Credentials, RelayApp
 from triage.relay.outbox import Sink, StoreSink
@@ -172,6 +180,28 @@ def test_a_verdict_is_replaced_whole_and_two_reviewers_keep_two(relay: Any, tmp_
         ("ana", "false_alarm", "t-1"),
         ("raj", "positive", "t-1"),
     ]
+
+
+@pytest.mark.parametrize("spec", VERDICT_FIELD_SPECS, ids=lambda spec: spec.name)
+def test_every_declared_field_of_the_verdict_is_taken_stored_listed_and_limited(
+    relay: Any, tmp_path: Path, spec: VerdictFieldSpec
+) -> None:
+    """The relay's half of a field of the verdict, for every field its one declaration lists
+    (`VERDICT_FIELD_SPECS`), a new one included: taken under its name and its camelCase spelling,
+    stored as a score of its name and type, listed, and refused past its longest value (422)."""
+    client, _ = relay
+    value = "x" * spec.max_length
+    camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), spec.name)
+    for n, key in enumerate(dict.fromkeys((spec.name, camel))):
+        sent = client.post("/api/feedback", json={"traceId": f"t-{n}", "reviewer": "ana", key: value})
+        assert sent.status_code == 200, sent.text
+        [row] = [r for r in rows(tmp_path, spec.name) if r["traceId"] == f"t-{n}"]
+        assert (row["dataType"], row["stringValue"]) == (spec.data_type, value)
+    [listed] = client.get("/api/feedback", params={"reviewer": "ana", "traceId": "t-0"}).json()["data"]
+    assert listed[spec.name] == value
+    long = client.post("/api/feedback", json={"traceId": "t-9", "reviewer": "ana", spec.name: value + "x"})
+    assert long.status_code == 422 and spec.name in long.json()["error"]
+    assert not [r for r in rows(tmp_path, spec.name) if r["traceId"] == "t-9"]
 
 
 def test_a_correction_needs_a_trace_and_a_verdict_its_categories(relay: Any) -> None:
