@@ -312,6 +312,8 @@ def promote_from(
         elif layer is not None:
             case.expected_from = "layer"
             expected = layer_expectation(layer, facts, trace, config)
+            # no review corrected or approved it (those came first): the newest note still tells
+            # whoever reads the case what a reviewer saw
             review = next((r for r in group if r.note), None)
         else:
             case.reason = (

@@ -48,7 +48,8 @@ class VerdictFieldSpec:
 
 
 #: the verdict's fields, in the order the relay writes them: a new field is a line here, then read
-#: where it is used (`triage promote` reads its own by name, `regression._REVIEWED`)
+#: where it is used (`triage promote`: an entry of `regression._REVIEWED`, a `_Review` attribute, and
+#: the case's metadata it goes into)
 VERDICT_FIELD_SPECS: tuple[VerdictFieldSpec, ...] = (
     VerdictFieldSpec(
         "issue_category", "CATEGORICAL", 64, "wrong_answer, missing_info, wrong_tool, refused, unsafe, ..."
