@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
-from tests.doubles.serving import ThreadedServer
+from tests.doubles.serving import Served, ThreadedServer
 
 SPEC_PATH = Path(__file__).with_name("github_openapi.json")
 #: the host of the description's `servers`; requests are matched against it when validated
@@ -365,7 +365,7 @@ def _route_template(method: str, path: str) -> str:
 # --------------------------------------------------------------------------- the stand-in
 
 
-class GitHubStandIn:
+class GitHubStandIn(Served):
     """The stand-in server; see the module docstring. Knobs may be changed while it runs."""
 
     def __init__(
@@ -398,30 +398,9 @@ class GitHubStandIn:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> GitHubStandIn:
-        self.start()
-        return self
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def host(self) -> str:
-        return self._listener.host
-
-    @property
-    def port(self) -> int:
-        return self._listener.port
-
-    def start(self) -> None:
-        self._listener.start(_make_handler(self))
-
-    def stop(self) -> None:
-        self._listener.stop()
 
     # ----------------------------------------------------------------- scripting and inspection
 

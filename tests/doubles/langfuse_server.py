@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tests.doubles.serving import ThreadedServer
+from tests.doubles.serving import Served, ThreadedServer
 
 MAX_BODY = 1024 * 1024  # Langfuse's body limit for POST /scores
 SCORE_FIELD_GROUPS = {"details", "subject", "annotation"}
@@ -175,7 +175,7 @@ class Fault:
 # --------------------------------------------------------------------------- the stand-in
 
 
-class LangfuseStandIn:
+class LangfuseStandIn(Served):
     """The stand-in server; see the module docstring. All knobs may be changed while it runs."""
 
     def __init__(
@@ -248,16 +248,8 @@ class LangfuseStandIn:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> LangfuseStandIn:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     @property
     def env(self) -> dict[str, str]:
@@ -268,19 +260,6 @@ class LangfuseStandIn:
             "LANGFUSE_BASE_URL": self.url,
         }
 
-    @property
-    def host(self) -> str:
-        return self._listener.host
-
-    @property
-    def port(self) -> int:
-        return self._listener.port
-
-    def start(self) -> None:
-        self._listener.start(_make_handler(self))
-
-    def stop(self) -> None:
-        self._listener.stop()
 
     def restart(self, down_seconds: float = 0.0) -> None:
         """Close the listener and every open connection, stay down a while, reopen on the same port."""

@@ -1,13 +1,13 @@
 """A stand-in's HTTP listener in a thread of its own: started on a (free) port of 127.0.0.1,
 stopped with every open connection closed, as a real restart closes keep-alive connections too.
-The Langfuse and GitHub stand-ins serve their handlers through it."""
+The Langfuse and GitHub stand-ins serve their handlers through it (`Served`)."""
 
 from __future__ import annotations
 
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 class ThreadedServer:
@@ -67,3 +67,38 @@ class ThreadedServer:
                 pass
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+class Served:
+    """A stand-in served by a `ThreadedServer` (`_listener`): its address, `start`, `stop` and `with`.
+    Each stand-in says what serves its requests (`_handler`)."""
+
+    _listener: ThreadedServer
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def host(self) -> str:
+        return self._listener.host
+
+    @property
+    def port(self) -> int:
+        return self._listener.port
+
+    def start(self) -> None:
+        self._listener.start(self._handler())
+
+    def stop(self) -> None:
+        self._listener.stop()
