@@ -618,6 +618,20 @@ def langfuse_cases() -> list[DatasetItem]:
     ]
 
 
+def seed_langfuse_cases(server: LangfuseStandIn) -> dict[str, Reply]:
+    """The four cases in `server`'s dataset; the agent's script for them: two new traces that show
+    their routing, a cited answer, and a 502 (the case the gate cannot check)."""
+    with backend_for(server) as backend:
+        backend.ensure_dataset(DATASET, "cases", {})
+        assert backend.upsert_dataset_items(langfuse_cases()).failed == {}
+    return {
+        LF_QUESTIONS["routed"]: Reply(text="Upgrade Katib.", trace_id="t-new-routed"),
+        LF_QUESTIONS["misrouted"]: Reply(text="Raise memory.", trace_id="t-new-misrouted"),
+        LF_QUESTIONS["cited"]: Reply(text="Cached.", sources=[url("cache")]),
+        LF_QUESTIONS["down"]: Reply(status=502),
+    }
+
+
 def agent_traces() -> list[dict[str, Any]]:
     """The agent's new traces, as its own tracing sends them to Langfuse."""
     at = NOW - timedelta(minutes=1)
@@ -636,15 +650,7 @@ def test_langfuse_dataset_runs_once_and_every_exchange_matches_the_spec(
     openapi: Any,  # noqa: F811
 ) -> None:
     with LangfuseStandIn(records=agent_traces()) as server:
-        with backend_for(server) as backend:
-            backend.ensure_dataset(DATASET, "cases", {})
-            assert backend.upsert_dataset_items(langfuse_cases()).failed == {}
-        script = {
-            LF_QUESTIONS["routed"]: Reply(text="Upgrade Katib.", trace_id="t-new-routed"),
-            LF_QUESTIONS["misrouted"]: Reply(text="Raise memory.", trace_id="t-new-misrouted"),
-            LF_QUESTIONS["cited"]: Reply(text="Cached.", sources=[url("cache")]),
-            LF_QUESTIONS["down"]: Reply(status=502),
-        }
+        script = seed_langfuse_cases(server)
         server.reset_log()
         with AgentStandIn(script) as agent:
             config = str(http_config(tmp_path / "triage.toml", agent, attempts=1, max_unchecked=0.5))

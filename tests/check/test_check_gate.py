@@ -473,33 +473,40 @@ class PacedAgent:
         return RIGHT
 
 
+def two_runs_at_once(server: LangfuseStandIn, items: dict[str, DatasetItem]) -> list[CheckResult]:
+    """`items` in `server`'s dataset, then two checks of one run name at once, each in its own
+    thread and shuffle (offsets 0 and 4 of 8), each through a backend of its own: their results."""
+    with backend_for(server) as backend:
+        backend.ensure_dataset(DATASET, "cases", {})
+        backend.upsert_dataset_items(list(items.values()))
+    results: list[CheckResult] = []
+
+    def one(seed: int) -> None:
+        opts = CheckOptions(
+            dataset=DATASET, run_name="nightly", now=NOW, trace_wait=0, concurrency=1, write_every=1,
+            shuffle=random.Random(seed),
+        )  # fmt: skip
+        with backend_for(server) as backend:
+            results.append(
+                asyncio.run(
+                    run_check(items, agent=PacedAgent(0.05), judge=FakeJudge(), runs=backend, options=opts,
+                              tools=TOOLS)
+                )  # fmt: skip
+            )
+
+    threads = [threading.Thread(target=one, args=(seed,)) for seed in (2, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
 @pytest.mark.slow
 def test_two_runs_of_one_name_at_once_never_double_a_langfuse_run_item() -> None:
     items = cases(8)
     with LangfuseStandIn() as server:
-        with backend_for(server) as backend:
-            backend.ensure_dataset(DATASET, "cases", {})
-            backend.upsert_dataset_items(list(items.values()))
-        results: list[CheckResult] = []
-
-        def one(seed: int) -> None:
-            opts = CheckOptions(
-                dataset=DATASET, run_name="nightly", now=NOW, trace_wait=0, concurrency=1, write_every=1,
-                shuffle=random.Random(seed),
-            )  # fmt: skip
-            with backend_for(server) as backend:
-                results.append(
-                    asyncio.run(
-                        run_check(items, agent=PacedAgent(0.05), judge=FakeJudge(), runs=backend, options=opts,
-                                  tools=TOOLS)
-                    )  # fmt: skip
-                )
-
-        threads = [threading.Thread(target=one, args=(seed,)) for seed in (2, 5)]  # offsets 0 and 4 of 8
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
+        results = two_runs_at_once(server, items)
         items_written = server.run_items_of(DATASET, "nightly")
     assert len(results) == 2 and all(r.exit_code == ExitCode.OK for r in results)
     linked = [i["datasetItemId"] for i in items_written]

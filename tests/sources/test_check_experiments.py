@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
-import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,13 +30,13 @@ from tests.check.test_check import (
     http_config,
     invoke,
     item,
-    langfuse_cases,
     results,
+    seed_langfuse_cases,
     statuses,
     url,
 )
-from tests.check.test_check_gate import SECRET, PacedAgent, cases
-from tests.doubles.agent_server import AgentStandIn, Reply
+from tests.check.test_check_gate import SECRET, cases, two_runs_at_once
+from tests.doubles.agent_server import AgentStandIn
 from tests.doubles.clock import VirtualClock
 from tests.doubles.langfuse_server import EXPERIMENT_KEYS, LangfuseStandIn, removed_on_v4
 from tests.sources.test_langfuse import backend_for
@@ -48,7 +46,6 @@ from triage.domain.checks import (
     CHECK_SCORE,
     STORED_RESULT_BYTES,
     AgentRun,
-    CheckResult,
     CheckRun,
     RunItemResult,
     check_score_id,
@@ -81,15 +78,7 @@ def test_a_check_on_v4_is_an_experiment_its_rerun_adds_nothing_and_no_removed_en
     openapi: Any,  # noqa: F811
 ) -> None:
     with LangfuseStandIn(records=agent_traces(), v4=True) as server:
-        with backend_for(server) as backend:
-            backend.ensure_dataset(DATASET, "cases", {})
-            assert backend.upsert_dataset_items(langfuse_cases()).failed == {}
-        script = {
-            LF_QUESTIONS["routed"]: Reply(text="Upgrade Katib.", trace_id="t-new-routed"),
-            LF_QUESTIONS["misrouted"]: Reply(text="Raise memory.", trace_id="t-new-misrouted"),
-            LF_QUESTIONS["cited"]: Reply(text="Cached.", sources=[url("cache")]),
-            LF_QUESTIONS["down"]: Reply(status=502),
-        }
+        script = seed_langfuse_cases(server)
         server.reset_log()
         with AgentStandIn(script) as agent:
             config = str(http_config(tmp_path / "triage.toml", agent, attempts=1, max_unchecked=0.5))
@@ -315,29 +304,7 @@ def test_on_v4_a_huge_result_is_clipped_and_a_secret_masked_in_the_span_and_the_
 def test_two_v4_runs_of_one_name_at_once_never_double_an_item_or_a_score() -> None:
     items = cases(8)
     with LangfuseStandIn(v4=True) as server:
-        with backend_for(server) as backend:
-            backend.ensure_dataset(DATASET, "cases", {})
-            backend.upsert_dataset_items(list(items.values()))
-        done: list[CheckResult] = []
-
-        def one(seed: int) -> None:
-            opts = CheckOptions(
-                dataset=DATASET, run_name="nightly", now=NOW, trace_wait=0, concurrency=1, write_every=1,
-                shuffle=random.Random(seed),
-            )  # fmt: skip
-            with backend_for(server) as backend:
-                done.append(
-                    asyncio.run(
-                        run_check(items, agent=PacedAgent(0.05), judge=FakeJudge(), runs=backend, options=opts,
-                                  tools=TOOLS)
-                    )  # fmt: skip
-                )
-
-        threads = [threading.Thread(target=one, args=(seed,)) for seed in (2, 5)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
+        done = two_runs_at_once(server, items)
         listed = get(server, "/api/public/experiment-items", fromStartTime=LONG_AGO)["data"]
         experiments = get(server, "/api/public/experiments", fromStartTime=LONG_AGO)["data"]
         scores = check_scores(server)
