@@ -48,14 +48,12 @@ import copy
 import json
 import math
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
@@ -368,6 +366,8 @@ def _route_template(method: str, path: str) -> str:
 class GitHubStandIn(Served):
     """The stand-in server; see the module docstring. Knobs may be changed while it runs."""
 
+    methods = ("GET", "POST", "PATCH", "PUT", "DELETE")
+
     def __init__(
         self,
         *,
@@ -397,9 +397,6 @@ class GitHubStandIn(Served):
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- lifecycle
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        return _make_handler(self)
 
 
     # ----------------------------------------------------------------- scripting and inspection
@@ -908,43 +905,3 @@ class GitHubStandIn(Served):
             "performed_via_github_app": None,
             "reactions": self._reactions(url),
         }
-
-
-def _make_handler(standin: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, every answer has a Content-Length
-        disable_nagle_algorithm = True
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base signature
-            pass
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            answer = standin.handle(self.command, self.path, headers, body)
-            if answer is None:  # a dropped connection: no status line at all
-                self.close_connection = True
-                try:
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                return
-            status, extra, data = answer
-            try:
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in extra.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:
-                self.close_connection = True  # the client gave up
-
-        do_GET = _serve
-        do_POST = _serve
-        do_PATCH = _serve
-        do_PUT = _serve
-        do_DELETE = _serve
-
-    return Handler

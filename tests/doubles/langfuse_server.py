@@ -50,7 +50,6 @@ import copy
 import json
 import math
 import re
-import socket
 import threading
 import time
 import uuid
@@ -58,7 +57,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -178,6 +176,8 @@ class Fault:
 class LangfuseStandIn(Served):
     """The stand-in server; see the module docstring. All knobs may be changed while it runs."""
 
+    content_type = "application/json"
+
     def __init__(
         self,
         *,
@@ -247,9 +247,6 @@ class LangfuseStandIn(Served):
         self.load(records)
 
     # ----------------------------------------------------------------- lifecycle
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        return _make_handler(self)
 
     @property
     def env(self) -> dict[str, str]:
@@ -2055,45 +2052,6 @@ def _parsed(value: Any) -> Any:
         except json.JSONDecodeError:
             return value
     return value
-
-
-def _make_handler(standin: LangfuseStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, every answer has a Content-Length
-        disable_nagle_algorithm = True
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base signature
-            pass
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            answer = standin.handle(self.command, self.path, headers, body)
-            if answer is None:
-                self.close_connection = True
-                try:
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                return
-            status, extra, data = answer
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in extra.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:
-                self.close_connection = True  # the client gave up (a timeout) or a restart closed us
-
-        do_GET = _serve
-        do_POST = _serve
-        do_DELETE = _serve
-
-    return Handler
 
 
 # --------------------------------------------------------------------------- the metrics API

@@ -69,14 +69,61 @@ class ThreadedServer:
             self._thread.join(timeout=5)
 
 
+#: a stand-in's answer: status, headers, body; None drops the connection without a status line
+Answer = tuple[int, dict[str, str], bytes] | None
+
+
 class Served:
     """A stand-in served by a `ThreadedServer` (`_listener`): its address, `start`, `stop` and `with`.
-    Each stand-in says what serves its requests (`_handler`)."""
+    Each stand-in answers one request at a time in `handle`; `methods` are the ones it serves (any
+    other is a 501, as `BaseHTTPRequestHandler` answers it), `content_type` a header every answer
+    carries (None: each answer sets its own)."""
 
     _listener: ThreadedServer
+    methods: tuple[str, ...] = ("GET", "POST", "DELETE")
+    content_type: str | None = None
+
+    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Answer:
+        raise NotImplementedError
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        raise NotImplementedError
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, every answer has a Content-Length
+            disable_nagle_algorithm = True
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base signature
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                answer = standin.handle(self.command, self.path, headers, body)
+                if answer is None:  # a dropped connection: no status line at all
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    return
+                status, extra, data = answer
+                try:
+                    self.send_response(status)
+                    if standin.content_type is not None:
+                        self.send_header("Content-Type", standin.content_type)
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in extra.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    self.close_connection = True  # the client gave up (a timeout) or a restart closed us
+
+        for method in self.methods:
+            setattr(Handler, f"do_{method}", Handler._serve)
+        return Handler
 
     def __enter__(self) -> Self:
         self.start()
