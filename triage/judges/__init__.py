@@ -91,10 +91,6 @@ class Family(Generic[J]):
         """How `--judge` names each judge: `heuristic`, ..., `replay:FILE`."""
         return [kind.spec for kind in self.kinds]
 
-    def metavar(self) -> str:
-        """`heuristic|llm|cascade|replay:FILE`, for `--judge`'s help."""
-        return "|".join(self.specs())
-
     def epilog(self) -> str:
         """The family in `--help`, a judge a line (kept unwrapped by click's `\\b`): the one list of
         the judges a person reads, so a new judge is listed where it is registered."""
