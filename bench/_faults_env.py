@@ -262,10 +262,6 @@ class FaultyStandIn(LangfuseStandIn):
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
 
-    @property
-    def running(self) -> bool:
-        return self._httpd is not None
-
     def misbehave(self, mode: str | None, share: float = 0.0) -> None:
         if mode is not None and mode not in self.MODES:
             raise ValueError(mode)

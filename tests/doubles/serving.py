@@ -144,6 +144,10 @@ class Served:
     def port(self) -> int:
         return self._listener.port
 
+    @property
+    def running(self) -> bool:
+        return self._listener.running
+
     def start(self) -> None:
         self._listener.start(self._handler())
 
